@@ -1,0 +1,213 @@
+/*
+ * backend.h — the contract a backend implements.
+ *
+ * A backend is a table of function pointers (em_backend_ops) plus a per-device context. It owns
+ * its memory (alloc/free/read/write) and its kernels. The core never touches a backend's
+ * memory except through this table.
+ *
+ * Division of labour:
+ *   - The core checks every argument (dtypes, shapes, dims, devices), computes output shapes,
+ *     allocates the output buffer through `alloc`, and builds the views the kernel reads.
+ *     A kernel is only ever called with valid arguments, so kernels do no checking beyond
+ *     what their runtime can fail at (an out-of-memory device, a driver error).
+ *   - Views (em_view) describe a tensor inside a buffer: shape, strides in elements (0 for a
+ *     broadcast dim, negative for a flipped one) and an element offset. Outputs are always
+ *     fresh, contiguous, row-major views unless an op is written in place (then the output
+ *     view is the input's, also contiguous). Inputs may be any strided view unless the
+ *     backend clears EM_CAP_STRIDED_INPUTS, in which case the core passes contiguous
+ *     inputs (it copies with `copy` first, and `copy` must accept strided inputs).
+ *   - Binary kernels get both inputs already broadcast to the output's shape (stride-0
+ *     dims), so they never broadcast themselves.
+ *   - A NULL slot means "not implemented natively"; the core then returns
+ *     EM_ERR_UNSUPPORTED naming the op and backend, or composes it from other slots.
+ *   - Every kernel returns EM_OK or a status; on failure it sets a message with
+ *     em_backend_set_error().
+ *
+ * Out-of-tree backends fill an em_backend_ops with abi_version = EM_BACKEND_ABI_VERSION and
+ * call em_backend_register().
+ */
+#ifndef EMBER_BACKEND_H
+#define EMBER_BACKEND_H
+
+#include "ember.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EM_BACKEND_ABI_VERSION 1u
+
+/** A tensor's placement inside a backend buffer. */
+typedef struct em_view {
+    void *buf;                      /* the backend's buffer handle */
+    em_dtype dtype;
+    int rank;
+    int64_t shape[EM_MAX_RANK];
+    int64_t strides[EM_MAX_RANK];   /* in elements */
+    int64_t offset;                 /* in elements, from the start of buf */
+} em_view;
+
+typedef enum em_unary_op {
+    EM_UN_NEG = 0, EM_UN_ABS, EM_UN_EXP, EM_UN_LOG, EM_UN_LOG1P, EM_UN_SQRT, EM_UN_RSQRT,
+    EM_UN_SIN, EM_UN_COS, EM_UN_TANH, EM_UN_SIGMOID, EM_UN_RELU, EM_UN_GELU, EM_UN_SILU,
+    EM_UN_ERF, EM_UN_FLOOR, EM_UN_CEIL, EM_UN_ROUND, EM_UN_RECIP, EM_UN_SIGN,
+    EM_UN_CLAMP,       /* params[0] = lo, params[1] = hi */
+    EM_UN_LOGICAL_NOT, /* bool -> bool */
+    EM_UN_COUNT
+} em_unary_op;
+
+typedef enum em_binary_op {
+    EM_BIN_ADD = 0, EM_BIN_SUB, EM_BIN_MUL, EM_BIN_DIV, EM_BIN_POW, EM_BIN_REM,
+    EM_BIN_MAX, EM_BIN_MIN,
+    EM_BIN_EQ, EM_BIN_NE, EM_BIN_LT, EM_BIN_LE, EM_BIN_GT, EM_BIN_GE, /* -> bool output */
+    EM_BIN_AND, EM_BIN_OR,                                             /* bool -> bool */
+    EM_BIN_COUNT
+} em_binary_op;
+
+typedef enum em_reduce_op {
+    EM_RED_SUM = 0, EM_RED_MEAN, EM_RED_PROD, EM_RED_MAX, EM_RED_MIN,
+    EM_RED_ARGMAX, EM_RED_ARGMIN, /* -> EM_I64 output */
+    EM_RED_VAR,                   /* params[0] = correction */
+    EM_RED_LOGSUMEXP,
+    EM_RED_COUNT
+} em_reduce_op;
+
+typedef enum em_random_op {
+    EM_RAND_UNIFORM = 0, /* params: lo, hi */
+    EM_RAND_NORMAL,      /* params: mean, std */
+    EM_RAND_BERNOULLI,   /* params: p */
+    EM_RAND_COUNT
+} em_random_op;
+
+/** Neural op parameters, resolved by the core (no zeros meaning "default"). */
+typedef struct em_conv_args {
+    int64_t stride[2], padding[2], dilation[2], output_padding[2];
+    int64_t groups;
+} em_conv_args;
+
+typedef struct em_pool_args {
+    int64_t kernel[2], stride[2], padding[2], dilation[2];
+    bool count_include_pad;
+} em_pool_args;
+
+/* Capabilities */
+#define EM_CAP_STRIDED_INPUTS (1u << 0) /* kernels accept any strided input view */
+#define EM_CAP_HOST_MEMORY    (1u << 1) /* buffers are host pointers (void* data) */
+#define EM_CAP_ASYNC          (1u << 2) /* work may still run after a kernel returns */
+
+typedef struct em_backend_ops {
+    uint32_t abi_version; /* EM_BACKEND_ABI_VERSION */
+    const char *name;     /* "ref", "cpu", ... : the text form of its devices */
+    em_backend id;
+    uint32_t caps;
+
+    /* ---- devices ---- */
+    /** How many devices of this backend the machine has (0: none, the backend is listed as
+     *  compiled in but no device of it is present). */
+    int (*device_count)(void);
+    /** The context of device `index` (created at first use, kept until exit). */
+    em_status (*open)(int index, void **ctx);
+
+    /* ---- memory ---- */
+    em_status (*alloc)(void *ctx, size_t bytes, void **buf);
+    void (*free)(void *ctx, void *buf);
+    em_status (*write)(void *ctx, void *buf, size_t offset, const void *src, size_t bytes);
+    em_status (*read)(void *ctx, const void *buf, size_t offset, void *dst, size_t bytes);
+    /** Waits for all work enqueued on the device. May be NULL for synchronous backends. */
+    em_status (*sync)(void *ctx);
+    /** Bytes in use and peak bytes of this device's allocator. May be NULL. */
+    void (*memory)(void *ctx, size_t *in_use, size_t *peak);
+
+    /* ---- creation ---- */
+    /** out[...] = value (converted to out's dtype). */
+    em_status (*fill)(void *ctx, const em_view *out, double value);
+    /** out[i] = start + i * step (1-d out). */
+    em_status (*arange)(void *ctx, const em_view *out, double start, double step);
+    /** Philox-4x32-10 random numbers keyed by seed; see src/backends/ref/random.c for the
+     *  exact mapping from counters to values, which every backend reproduces. */
+    em_status (*random)(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
+                        const double *params);
+
+    /* ---- elementwise ---- */
+    /** Strided copy with dtype conversion (out and in have one shape). Also the cast. */
+    em_status (*copy)(void *ctx, const em_view *out, const em_view *in);
+    em_status (*unary)(void *ctx, em_unary_op op, const em_view *out, const em_view *in,
+                       const double *params);
+    /** a and b are broadcast to out's shape. Comparisons write bool outputs. */
+    em_status (*binary)(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
+                        const em_view *b);
+    /** out = a op s, where s is already representable in a's dtype. */
+    em_status (*binary_scalar)(void *ctx, em_binary_op op, const em_view *out,
+                               const em_view *a, double s);
+    /** out = cond ? a : b, all three broadcast to out's shape. */
+    em_status (*where)(void *ctx, const em_view *out, const em_view *cond, const em_view *a,
+                       const em_view *b);
+
+    /* ---- reductions ---- */
+    /** Reduces `in` along dim (or over everything when dim < 0). out has in's shape with dim
+     *  set to 1 (keepdim form), or is 0-d when dim < 0. */
+    em_status (*reduce)(void *ctx, em_reduce_op op, const em_view *out, const em_view *in,
+                        int dim, const double *params);
+    /** Cumulative sum along dim. */
+    em_status (*cumsum)(void *ctx, const em_view *out, const em_view *in, int dim);
+    /** Softmax or log-softmax along dim. */
+    em_status (*softmax)(void *ctx, const em_view *out, const em_view *in, int dim, bool log);
+
+    /* ---- linear algebra ---- */
+    /** out [..., m, n] = a [..., m, k] @ b [..., k, n]; a and b have out's rank, with batch
+     *  dims already broadcast (stride 0) to out's. */
+    em_status (*matmul)(void *ctx, const em_view *out, const em_view *a, const em_view *b);
+
+    /* ---- indexing (index views are EM_I64 or EM_I32, already range-checked) ---- */
+    em_status (*gather)(void *ctx, const em_view *out, const em_view *in, int dim,
+                        const em_view *index);
+    /** out already holds a copy of the base tensor; adds src at index along dim. */
+    em_status (*scatter_add)(void *ctx, const em_view *out, int dim, const em_view *index,
+                             const em_view *src);
+    /** index is 1-d. */
+    em_status (*index_select)(void *ctx, const em_view *out, const em_view *in, int dim,
+                              const em_view *index);
+    /** Stable sort along dim; values and/or indices (EM_I64) may be NULL. */
+    em_status (*sort)(void *ctx, const em_view *values, const em_view *indices,
+                      const em_view *in, int dim, bool descending);
+
+    /* ---- neural (NCHW; 1-d ops come as 2-d with H = 1) ---- */
+    /** bias may be NULL. */
+    em_status (*conv2d)(void *ctx, const em_view *out, const em_view *x, const em_view *w,
+                        const em_view *bias, const em_conv_args *a);
+    em_status (*conv_transpose2d)(void *ctx, const em_view *out, const em_view *x,
+                                  const em_view *w, const em_view *bias,
+                                  const em_conv_args *a);
+    /** indices (EM_I64) may be NULL. */
+    em_status (*max_pool2d)(void *ctx, const em_view *out, const em_view *indices,
+                            const em_view *x, const em_pool_args *a);
+    em_status (*avg_pool2d)(void *ctx, const em_view *out, const em_view *x,
+                            const em_pool_args *a);
+    em_status (*adaptive_avg_pool2d)(void *ctx, const em_view *out, const em_view *x);
+    /** Normalizes over the trailing `norm_numel` elements of each row (x viewed as
+     *  [rows, norm_numel], contiguous); weight/bias (contiguous, norm_numel) may be NULL. */
+    em_status (*layer_norm)(void *ctx, const em_view *out, const em_view *x,
+                            const em_view *weight, const em_view *bias, int64_t norm_numel,
+                            double eps);
+} em_backend_ops;
+
+/** Registers an out-of-tree backend (or replaces nothing: an id already taken is
+ *  EM_ERR_STATE). EM_ERR_ARG when abi_version differs from EM_BACKEND_ABI_VERSION, the id is
+ *  outside EM_BACKEND_EXTERNAL0..EM_BACKEND_MAX-1, or required slots (device_count, open,
+ *  alloc, free, read, write, copy) are NULL. The table must outlive the process's use of it. */
+em_status em_backend_register(const em_backend_ops *ops);
+
+/** The registered table of a backend, or NULL. */
+const em_backend_ops *em_backend_get(em_backend b);
+
+/** For backends: sets this thread's error message (printf-style) and returns s. */
+em_status em_backend_set_error(em_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EMBER_BACKEND_H */

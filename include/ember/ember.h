@@ -1,0 +1,524 @@
+/*
+ * ember.h — the whole public API of ember, a tensor library in C11.
+ *
+ * Read it top to bottom like a manual:
+ *   1. statuses and errors         5. moving and converting
+ *   2. dtypes and kinds            6. ops, family by family
+ *   3. devices                     7. random numbers
+ *   4. tensors: creation, data, metadata, lifetime
+ *
+ * Rules that hold everywhere:
+ *   - Every fallible call returns an em_status (EM_OK == 0). Results come back through
+ *     out-parameters; on failure nothing is written to them and em_last_error() holds a message
+ *     for the calling thread.
+ *   - Input tensors are borrowed. A tensor written to *out is a new reference that the caller
+ *     owns and releases with em_tensor_release().
+ *   - Ops broadcast like NumPy. A negative dim counts from the end (-1 is the last).
+ *   - All inputs of an op must live on the same device; otherwise EM_ERR_DEVICE, naming both.
+ *     em_to_device() is the only way across.
+ *   - Binary ops need both inputs of the same dtype (EM_ERR_DTYPE otherwise; em_cast first).
+ *   - Nothing aborts on bad input: NULL handles, negative dims, rank > EM_MAX_RANK, shapes whose
+ *     element count overflows, out-of-range dims and indices are statuses with messages.
+ */
+#ifndef EMBER_EMBER_H
+#define EMBER_EMBER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EMBER_VERSION_MAJOR 0
+#define EMBER_VERSION_MINOR 1
+#define EMBER_VERSION_PATCH 0
+#define EMBER_VERSION_STRING "0.1.0"
+
+/** The library's version string, e.g. "0.1.0". Static storage; never NULL. */
+const char *em_version(void);
+
+/* ======================================================================================
+ * 1. Statuses and errors
+ * ====================================================================================== */
+
+typedef enum em_status {
+    EM_OK = 0,
+    EM_ERR_ARG,         /* a bad argument: NULL, out of range, inconsistent */
+    EM_ERR_SHAPE,       /* shapes that do not fit: broadcast, rank, overflow */
+    EM_ERR_DTYPE,       /* a dtype or kind the op does not take */
+    EM_ERR_DEVICE,      /* unknown or absent device, or inputs on two devices */
+    EM_ERR_UNSUPPORTED, /* valid, but this backend or build cannot do it */
+    EM_ERR_NOMEM,       /* an allocation failed */
+    EM_ERR_BACKEND,     /* the backend's runtime failed (driver message attached) */
+    EM_ERR_IO,          /* a file could not be read or written, or is corrupt */
+    EM_ERR_PROTOCOL,    /* a wire message was malformed or of the wrong version */
+    EM_ERR_AUTH,        /* authentication failed */
+    EM_ERR_STATE        /* the call is not valid in the object's current state */
+} em_status;
+
+#define EM_STATUS_COUNT 12
+
+/** The name of a status, e.g. "EM_ERR_DTYPE". Static storage; "EM_ERR_UNKNOWN" for others. */
+const char *em_status_name(em_status s);
+
+/** The message of the last failed call on this thread ("" if none). Valid until the next
+ *  ember call on this thread. */
+const char *em_last_error(void);
+
+/** Clears this thread's last error message. */
+void em_clear_error(void);
+
+/* ======================================================================================
+ * 2. Dtypes and kinds
+ * ====================================================================================== */
+
+typedef enum em_dtype {
+    EM_F32 = 0,
+    EM_F64,
+    EM_F16,
+    EM_BF16,
+    EM_I64,
+    EM_I32,
+    EM_I16,
+    EM_I8,
+    EM_U8,
+    EM_BOOL, /* stored as one byte, 0 or 1 */
+    EM_Q8,   /* quantized storage: int8 values with an em_quant_scheme */
+    EM_Q4    /* quantized storage: int4 values in [-8, 7] (one per byte in this version) */
+} em_dtype;
+
+#define EM_DTYPE_COUNT 12
+
+typedef enum em_kind { EM_KIND_FLOAT = 0, EM_KIND_INT, EM_KIND_BOOL, EM_KIND_QUANTIZED } em_kind;
+
+/** How a quantized tensor maps its integers to reals: real = scale * (q - zero_point). */
+typedef struct em_quant_scheme {
+    em_dtype storage; /* EM_Q8 or EM_Q4 */
+    float scale;
+    int32_t zero_point;
+} em_quant_scheme;
+
+/** The kind of a dtype. */
+em_kind em_dtype_kind(em_dtype dt);
+/** Short name: "f32", "f64", "f16", "bf16", "i64", ..., "bool", "q8", "q4"; "?" if invalid. */
+const char *em_dtype_name(em_dtype dt);
+/** Kind name: "float", "int", "bool", "quantized". */
+const char *em_kind_name(em_kind k);
+/** Bytes per element; 0 for an invalid dtype. */
+size_t em_dtype_size(em_dtype dt);
+/** Parses a short dtype name ("f32", ...). EM_ERR_ARG if unknown. */
+em_status em_dtype_parse(const char *name, em_dtype *out);
+
+/** IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN). */
+uint16_t em_f32_to_f16(float f);
+float em_f16_to_f32(uint16_t h);
+uint16_t em_f32_to_bf16(float f);
+float em_bf16_to_f32(uint16_t h);
+
+/* ======================================================================================
+ * 3. Devices
+ * ====================================================================================== */
+
+typedef enum em_backend {
+    EM_BACKEND_REF = 0,
+    EM_BACKEND_CPU,
+    EM_BACKEND_OPENCL,
+    EM_BACKEND_VULKAN,
+    EM_BACKEND_CUDA,
+    EM_BACKEND_TORCH,
+    EM_BACKEND_REMOTE,
+    EM_BACKEND_CAPTURE,
+    EM_BACKEND_EXTERNAL0 = 16, /* first id for out-of-tree backends (em_backend_register) */
+    EM_BACKEND_MAX = 32
+} em_backend;
+
+typedef enum em_checkpointing {
+    EM_CKPT_NONE = 0, /* not tracked by autodiff */
+    EM_CKPT_DISABLED, /* tracked; every intermediate kept for backward */
+    EM_CKPT_BALANCED  /* tracked; memory-bound intermediates recomputed in backward */
+} em_checkpointing;
+
+/** A device: a small value, compared with em_device_equal. */
+typedef struct em_device {
+    em_backend backend;
+    int index;
+    bool autodiff;
+    em_checkpointing checkpointing; /* meaningful when autodiff is true */
+} em_device;
+
+/** Parses "ref", "cpu", "cpu:0", "opencl:1", "remote:0", "capture", any of them followed by
+ *  "+autodiff" or "+autodiff:balanced". EM_ERR_ARG for bad text, EM_ERR_DEVICE for a backend
+ *  or index this build or machine does not have. */
+em_status em_device_parse(const char *text, em_device *out);
+
+/** Writes the text form of dev (NUL-terminated) into buf. EM_ERR_ARG if buf is NULL or cap is
+ *  too small. Round-trips with em_device_parse. */
+em_status em_device_name(em_device dev, char *buf, size_t cap);
+
+/** True when a and b name the same device. */
+bool em_device_equal(em_device a, em_device b);
+
+/** Writes up to cap devices that this build and machine can run into list; *count gets the
+ *  total available (may exceed cap). list may be NULL when cap is 0. Order: best first is not
+ *  promised; ref is always listed. */
+em_status em_devices(em_device *list, size_t cap, size_t *count);
+
+/** The best available device, or the one named by the environment variable EMBER_DEVICE when
+ *  it parses and is present (otherwise the variable is ignored). */
+em_device em_device_default(void);
+
+/** The device `inner` wrapped for autodiff with the given strategy (EM_CKPT_DISABLED or
+ *  EM_CKPT_BALANCED). EM_ERR_ARG for another strategy, EM_ERR_STATE if inner is already an
+ *  autodiff device. */
+em_status em_device_autodiff(em_device inner, em_checkpointing strategy, em_device *out);
+
+/** The name of a backend: "ref", "cpu", "opencl", ...; "?" if unknown. */
+const char *em_backend_name(em_backend b);
+
+/* ======================================================================================
+ * 4. Tensors
+ * ====================================================================================== */
+
+#define EM_MAX_RANK 8
+
+/** An opaque, reference-counted tensor handle. Thread-safe counts; the data itself is not
+ *  synchronized: don't write a tensor from one thread while another reads it. */
+typedef struct em_tensor em_tensor;
+
+/** A new tensor with a copy of `data` (row-major, `dt` elements; bool as bytes 0/1; f16 and
+ *  bf16 as uint16_t bit patterns). `shape` may be NULL when rank is 0. Errors: EM_ERR_ARG
+ *  (NULL data with elements, NULL out, negative dim), EM_ERR_SHAPE (rank > 8, overflow),
+ *  EM_ERR_DTYPE (quantized dtypes: use em_quantize), EM_ERR_DEVICE, EM_ERR_NOMEM. */
+em_status em_tensor_from_data(const void *data, em_dtype dt, const int64_t *shape, int rank,
+                              em_device dev, em_tensor **out);
+
+/** Copies the tensor's elements, row-major, into dst (waiting for pending work). dst_bytes
+ *  must be at least numel * dtype size; EM_ERR_ARG otherwise. */
+em_status em_tensor_to_data(const em_tensor *t, void *dst, size_t dst_bytes);
+
+/** A tensor of zeros / ones / a constant value (converted to dt; bool: value != 0). */
+em_status em_zeros(const int64_t *shape, int rank, em_dtype dt, em_device dev, em_tensor **out);
+em_status em_ones(const int64_t *shape, int rank, em_dtype dt, em_device dev, em_tensor **out);
+em_status em_full(const int64_t *shape, int rank, double value, em_dtype dt, em_device dev,
+                  em_tensor **out);
+/** A tensor shaped like x (same dtype and device) filled with value. */
+em_status em_full_like(const em_tensor *x, double value, em_tensor **out);
+
+/** 1-d tensor start, start+step, ... up to (excluding) stop, like numpy.arange. EM_ERR_ARG
+ *  when step is 0 or not finite; an empty range gives an empty tensor. Int dtypes take the
+ *  values truncated toward zero. */
+em_status em_arange(double start, double stop, double step, em_dtype dt, em_device dev,
+                    em_tensor **out);
+
+/** Adds a reference. NULL is a no-op. */
+void em_tensor_retain(em_tensor *t);
+/** Drops a reference; the last one frees the tensor (and its buffer if no view shares it).
+ *  NULL is a no-op. */
+void em_tensor_release(em_tensor *t);
+
+/* Metadata. Each takes a possibly NULL tensor: for NULL they return a zero value (0, NULL,
+ * EM_F32, a ref device, false, EM_CKPT_NONE) and set em_last_error. */
+em_dtype em_tensor_dtype(const em_tensor *t);
+int em_tensor_rank(const em_tensor *t);
+/** The shape (rank entries; owned by the tensor, valid while it lives). */
+const int64_t *em_tensor_shape(const em_tensor *t);
+/** One dim (negative counts from the end); -1 if t is NULL or dim is out of range. */
+int64_t em_tensor_dim(const em_tensor *t, int dim);
+int64_t em_tensor_numel(const em_tensor *t);
+em_device em_tensor_device(const em_tensor *t);
+em_kind em_tensor_kind(const em_tensor *t);
+/** True exactly when this handle alone owns its buffer: one reference to the handle, and no
+ *  other tensor (view) shares the buffer. An op given such a tensor through a consuming `_`
+ *  variant may write in place. */
+bool em_tensor_can_mut(const em_tensor *t);
+/** True when the elements are laid out row-major without gaps (a view may not be). */
+bool em_tensor_is_contiguous(const em_tensor *t);
+/** The tensor's checkpointing strategy: EM_CKPT_NONE when untracked. */
+em_checkpointing em_tensor_checkpointing(const em_tensor *t);
+/** The quantization scheme of a quantized tensor; EM_ERR_DTYPE for other kinds. */
+em_status em_tensor_scheme(const em_tensor *t, em_quant_scheme *out);
+/** Reads the single element of a 1-element tensor as a double (waits for pending work). */
+em_status em_tensor_item(const em_tensor *t, double *out);
+
+/* ======================================================================================
+ * 5. Moving and converting
+ * ====================================================================================== */
+
+/** A copy of t on dev (a new reference to t itself when dev is t's device). */
+em_status em_to_device(const em_tensor *t, em_device dev, em_tensor **out);
+/** t converted to dt (floats to ints truncate toward zero; to bool: != 0). Quantized dtypes
+ *  are not cast targets: EM_ERR_DTYPE (use em_quantize). A new reference to t when the dtype
+ *  already matches. */
+em_status em_cast(const em_tensor *t, em_dtype dt, em_tensor **out);
+/** A row-major copy of t, or a new reference to t when it is already contiguous. */
+em_status em_contiguous(const em_tensor *t, em_tensor **out);
+/** Always a fresh copy that owns its buffer. */
+em_status em_clone(const em_tensor *t, em_tensor **out);
+
+/** Quantizes a float tensor with a per-tensor affine scheme chosen from its range
+ *  (storage EM_Q8: [-128,127]; EM_Q4: [-8,7]). */
+em_status em_quantize(const em_tensor *x, em_dtype storage, em_tensor **out);
+/** The f32 values of a quantized tensor. */
+em_status em_dequantize(const em_tensor *q, em_tensor **out);
+
+/* ======================================================================================
+ * 6. Ops
+ *
+ * Kinds accepted (EM_ERR_DTYPE otherwise, with a message such as
+ * "em_exp: expected a float tensor, got int (i64)"):
+ *   float-only: exp log log1p sqrt rsqrt sin cos tanh sigmoid gelu silu erf recip, pow, div of
+ *               floats is true division; mean var logsumexp softmax log_softmax, the neural ops.
+ *   numeric (float or int): add sub mul div remainder maximum minimum neg abs relu sign clamp
+ *               floor ceil round (identity on ints), sum prod max min argmax argmin cumsum,
+ *               matmul, comparisons (bool also for eq/ne).
+ *   bool: logical_and logical_or logical_not; the condition of where and masked_fill.
+ * Integer division floors (like Python's //) and remainder takes the divisor's sign (like
+ * Python's %); an integer division or remainder by zero gives 0.
+ * ====================================================================================== */
+
+/* ---- elementwise, unary ---- */
+em_status em_neg(const em_tensor *x, em_tensor **out);
+em_status em_abs(const em_tensor *x, em_tensor **out);
+em_status em_exp(const em_tensor *x, em_tensor **out);
+em_status em_log(const em_tensor *x, em_tensor **out);
+em_status em_log1p(const em_tensor *x, em_tensor **out);
+em_status em_sqrt(const em_tensor *x, em_tensor **out);
+em_status em_rsqrt(const em_tensor *x, em_tensor **out);
+em_status em_sin(const em_tensor *x, em_tensor **out);
+em_status em_cos(const em_tensor *x, em_tensor **out);
+em_status em_tanh(const em_tensor *x, em_tensor **out);
+em_status em_sigmoid(const em_tensor *x, em_tensor **out);
+em_status em_relu(const em_tensor *x, em_tensor **out);
+/** The exact GELU: x * (1 + erf(x / sqrt 2)) / 2. */
+em_status em_gelu(const em_tensor *x, em_tensor **out);
+em_status em_silu(const em_tensor *x, em_tensor **out);
+em_status em_erf(const em_tensor *x, em_tensor **out);
+em_status em_floor(const em_tensor *x, em_tensor **out);
+em_status em_ceil(const em_tensor *x, em_tensor **out);
+/** Rounds half to even, like numpy.round and torch.round. */
+em_status em_round(const em_tensor *x, em_tensor **out);
+em_status em_recip(const em_tensor *x, em_tensor **out);
+em_status em_sign(const em_tensor *x, em_tensor **out);
+/** Clamps into [lo, hi]; pass -INFINITY / INFINITY for no bound. EM_ERR_ARG if lo > hi. */
+em_status em_clamp(const em_tensor *x, double lo, double hi, em_tensor **out);
+
+/* ---- elementwise, binary (same dtype, broadcast) ---- */
+em_status em_add(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_sub(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_mul(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_div(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_pow(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_remainder(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_maximum(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_minimum(const em_tensor *a, const em_tensor *b, em_tensor **out);
+
+/* ---- with a scalar: a op s, s converted to a's dtype (truncated for ints) ---- */
+em_status em_add_scalar(const em_tensor *a, double s, em_tensor **out);
+em_status em_sub_scalar(const em_tensor *a, double s, em_tensor **out);
+em_status em_mul_scalar(const em_tensor *a, double s, em_tensor **out);
+em_status em_div_scalar(const em_tensor *a, double s, em_tensor **out);
+em_status em_pow_scalar(const em_tensor *a, double s, em_tensor **out);
+em_status em_remainder_scalar(const em_tensor *a, double s, em_tensor **out);
+em_status em_maximum_scalar(const em_tensor *a, double s, em_tensor **out);
+em_status em_minimum_scalar(const em_tensor *a, double s, em_tensor **out);
+
+/* ---- consuming variants: `a` is consumed (released, also on failure); when
+ *      em_tensor_can_mut(a) holds and the result has a's shape and dtype, it is written
+ *      into a's buffer ---- */
+em_status em_add_(em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_sub_(em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_mul_(em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_div_(em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_mul_scalar_(em_tensor *a, double s, em_tensor **out);
+em_status em_add_scalar_(em_tensor *a, double s, em_tensor **out);
+em_status em_relu_(em_tensor *x, em_tensor **out);
+
+/* ---- comparisons (same dtype, broadcast; result EM_BOOL) ---- */
+em_status em_eq(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_ne(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_lt(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_le(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_gt(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_ge(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_eq_scalar(const em_tensor *a, double s, em_tensor **out);
+em_status em_lt_scalar(const em_tensor *a, double s, em_tensor **out);
+em_status em_gt_scalar(const em_tensor *a, double s, em_tensor **out);
+
+/* ---- logical (bool inputs, bool result) ---- */
+em_status em_logical_and(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_logical_or(const em_tensor *a, const em_tensor *b, em_tensor **out);
+em_status em_logical_not(const em_tensor *x, em_tensor **out);
+
+/** cond ? a : b, broadcast over all three; cond is bool, a and b share a dtype. */
+em_status em_where(const em_tensor *cond, const em_tensor *a, const em_tensor *b,
+                   em_tensor **out);
+/** x with value written where mask (bool, broadcast to x's shape) is true. */
+em_status em_masked_fill(const em_tensor *x, const em_tensor *mask, double value,
+                         em_tensor **out);
+
+/* ---- reductions. The whole-tensor forms give a 0-d tensor; the _dim forms reduce one dim,
+ *      kept as size 1 when keepdim. Reducing an empty tensor: sum 0, prod 1, mean/var NaN;
+ *      max/min/argmax/argmin of an empty extent are EM_ERR_SHAPE. ---- */
+em_status em_sum(const em_tensor *x, em_tensor **out);
+em_status em_sum_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out);
+em_status em_mean(const em_tensor *x, em_tensor **out);
+em_status em_mean_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out);
+em_status em_prod(const em_tensor *x, em_tensor **out);
+em_status em_prod_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out);
+em_status em_max(const em_tensor *x, em_tensor **out);
+em_status em_max_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out);
+em_status em_min(const em_tensor *x, em_tensor **out);
+em_status em_min_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out);
+/** Index (EM_I64) of the first maximum / minimum; whole-tensor forms index the flattened
+ *  tensor. NaN counts as the maximum (and the minimum), like PyTorch. */
+em_status em_argmax(const em_tensor *x, em_tensor **out);
+em_status em_argmax_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out);
+em_status em_argmin(const em_tensor *x, em_tensor **out);
+em_status em_argmin_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out);
+/** Variance with `correction` subtracted from the count (1: unbiased, 0: population). */
+em_status em_var(const em_tensor *x, int correction, em_tensor **out);
+em_status em_var_dim(const em_tensor *x, int dim, int correction, bool keepdim,
+                     em_tensor **out);
+em_status em_logsumexp(const em_tensor *x, em_tensor **out);
+em_status em_logsumexp_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out);
+/** Running sum along dim (same shape). */
+em_status em_cumsum(const em_tensor *x, int dim, em_tensor **out);
+em_status em_softmax(const em_tensor *x, int dim, em_tensor **out);
+em_status em_log_softmax(const em_tensor *x, int dim, em_tensor **out);
+
+/* ---- linear algebra ---- */
+/** Matrix product with numpy.matmul rules: 1-d operands are promoted and the added dim is
+ *  removed; batch dims broadcast. Same dtype, float or int (bool is EM_ERR_DTYPE). */
+em_status em_matmul(const em_tensor *a, const em_tensor *b, em_tensor **out);
+
+/* ---- layout. Views share the input's buffer (reshape of a contiguous tensor, permute,
+ *      transpose, expand, slice, split, squeeze, unsqueeze, flip); the rest copy. ---- */
+/** One entry of `shape` may be -1 (inferred). A copy when x's strides do not allow a view. */
+em_status em_reshape(const em_tensor *x, const int64_t *shape, int rank, em_tensor **out);
+em_status em_flatten(const em_tensor *x, int start_dim, int end_dim, em_tensor **out);
+/** perm is a permutation of 0..rank-1 (negative entries count from the end). */
+em_status em_permute(const em_tensor *x, const int *perm, int rank, em_tensor **out);
+em_status em_transpose(const em_tensor *x, int dim0, int dim1, em_tensor **out);
+/** Broadcasts x to `shape` (new leading dims allowed; -1 keeps a dim). Stride-0 view. */
+em_status em_expand(const em_tensor *x, const int64_t *shape, int rank, em_tensor **out);
+/** Python-style slice of one dim: start/stop are clamped like Python's (negative counts from
+ *  the end), step may be negative but not 0. Use INT64_MAX / INT64_MIN for open ends. */
+em_status em_slice(const em_tensor *x, int dim, int64_t start, int64_t stop, int64_t step,
+                   em_tensor **out);
+/** A copy of x with the slice (as em_slice) overwritten by value (broadcast to it). */
+em_status em_slice_assign(const em_tensor *x, int dim, int64_t start, int64_t stop,
+                          int64_t step, const em_tensor *value, em_tensor **out);
+/** Concatenates n tensors (same dtype, device, and shape except along dim). */
+em_status em_cat(const em_tensor *const *xs, size_t n, int dim, em_tensor **out);
+/** Stacks n tensors of one shape along a new dim. */
+em_status em_stack(const em_tensor *const *xs, size_t n, int dim, em_tensor **out);
+/** Splits x along dim into pieces of `size` (the last may be smaller). Writes up to cap views
+ *  into outs and the number of pieces into *count; EM_ERR_ARG if cap is too small (nothing
+ *  written then, *count still set). */
+em_status em_split(const em_tensor *x, int64_t size, int dim, em_tensor **outs, size_t cap,
+                   size_t *count);
+/** Removes dim (which must have size 1); em_squeeze_all removes every size-1 dim. */
+em_status em_squeeze(const em_tensor *x, int dim, em_tensor **out);
+em_status em_squeeze_all(const em_tensor *x, em_tensor **out);
+/** Inserts a size-1 dim at position dim (in -rank-1 .. rank). */
+em_status em_unsqueeze(const em_tensor *x, int dim, em_tensor **out);
+/** Reverses the given dims (a negative-stride view). */
+em_status em_flip(const em_tensor *x, const int *dims, int ndims, em_tensor **out);
+/** Tiles x `reps[i]` times along each dim (like torch.Tensor.repeat; reps may have more
+ *  entries than x has dims). */
+em_status em_repeat(const em_tensor *x, const int64_t *reps, int nreps, em_tensor **out);
+
+/* ---- indexing (indices are EM_I64 or EM_I32; out-of-range indices are EM_ERR_ARG) ---- */
+/** out[i][j][k] = x[index[i][j][k]][j][k] for dim 0, and so on (torch.gather). */
+em_status em_gather(const em_tensor *x, int dim, const em_tensor *index, em_tensor **out);
+/** A copy of x with src added at the positions index names along dim (torch.scatter_add). */
+em_status em_scatter_add(const em_tensor *x, int dim, const em_tensor *index,
+                         const em_tensor *src, em_tensor **out);
+/** Picks the entries of a 1-d index along dim. */
+em_status em_index_select(const em_tensor *x, int dim, const em_tensor *index,
+                          em_tensor **out);
+/** One-hot encoding of an integer tensor: a new last dim of num_classes, of dtype dt. */
+em_status em_one_hot(const em_tensor *index, int64_t num_classes, em_dtype dt,
+                     em_tensor **out);
+/** Stable sort along dim. values or indices (EM_I64) may be NULL when not wanted. NaNs sort
+ *  last ascending, first descending. */
+em_status em_sort(const em_tensor *x, int dim, bool descending, em_tensor **values,
+                  em_tensor **indices);
+em_status em_argsort(const em_tensor *x, int dim, bool descending, em_tensor **out);
+/** The k largest (or smallest) along dim, sorted; values or indices may be NULL. */
+em_status em_topk(const em_tensor *x, int64_t k, int dim, bool largest, em_tensor **values,
+                  em_tensor **indices);
+
+/* ---- neural ---- */
+/** Convolution parameters. conv1d uses index 0 of each array. */
+typedef struct em_conv_params {
+    int64_t stride[2];
+    int64_t padding[2];
+    int64_t dilation[2];
+    int64_t output_padding[2]; /* conv_transpose2d only */
+    int64_t groups;
+} em_conv_params;
+
+/** stride 1, padding 0, dilation 1, output_padding 0, groups 1. */
+em_conv_params em_conv_params_default(void);
+
+/** x [N, C, L], w [O, C/groups, K], bias [O] or NULL. */
+em_status em_conv1d(const em_tensor *x, const em_tensor *w, const em_tensor *bias,
+                    const em_conv_params *p, em_tensor **out);
+/** x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or NULL. */
+em_status em_conv2d(const em_tensor *x, const em_tensor *w, const em_tensor *bias,
+                    const em_conv_params *p, em_tensor **out);
+/** x [N, C, H, W], w [C, O/groups, KH, KW], bias [O] or NULL (torch.conv_transpose2d). */
+em_status em_conv_transpose2d(const em_tensor *x, const em_tensor *w, const em_tensor *bias,
+                              const em_conv_params *p, em_tensor **out);
+
+typedef struct em_pool_params {
+    int64_t kernel[2];
+    int64_t stride[2]; /* 0 means: equal to kernel */
+    int64_t padding[2];
+    int64_t dilation[2]; /* max pooling only; 0 means 1 */
+    bool ceil_mode;
+    bool count_include_pad; /* avg pooling only */
+} em_pool_params;
+
+/** x [N, C, H, W]. indices (EM_I64, flat h*W+w in the input plane) may be NULL. Padding is
+ *  -inf. */
+em_status em_max_pool2d(const em_tensor *x, const em_pool_params *p, em_tensor **out,
+                        em_tensor **indices);
+em_status em_avg_pool2d(const em_tensor *x, const em_pool_params *p, em_tensor **out);
+/** x [N, C, H, W] averaged into [N, C, oh, ow] bins as torch.nn.AdaptiveAvgPool2d. */
+em_status em_adaptive_avg_pool2d(const em_tensor *x, int64_t oh, int64_t ow, em_tensor **out);
+/** Rows of weight [V, D] picked by an integer tensor: out shape idx.shape + [D]. */
+em_status em_embedding(const em_tensor *weight, const em_tensor *idx, em_tensor **out);
+/** Normalizes over the last `normalized_ndim` dims; weight and bias (shape of those dims) may
+ *  be NULL. */
+em_status em_layer_norm(const em_tensor *x, int normalized_ndim, const em_tensor *weight,
+                        const em_tensor *bias, double eps, em_tensor **out);
+/** Zeroes each element with probability p and scales the rest by 1/(1-p), from Philox(seed).
+ *  p in [0, 1]; with training false, or p == 0, a new reference to x. */
+em_status em_dropout(const em_tensor *x, double p, bool training, uint64_t seed,
+                     em_tensor **out);
+/** Mean cross-entropy of logits [N, C] against class indices [N] (EM_I64/EM_I32), or
+ *  against class probabilities [N, C] of the logits' dtype. A 0-d result. */
+em_status em_cross_entropy(const em_tensor *logits, const em_tensor *target, em_tensor **out);
+
+/* ======================================================================================
+ * 7. Random numbers: Philox-4x32-10 keyed by seed, counter = element index, so one seed
+ *    gives the same numbers on every backend.
+ * ====================================================================================== */
+/** Uniform in [lo, hi). Float dtypes only. */
+em_status em_rand_uniform(const int64_t *shape, int rank, em_dtype dt, double lo, double hi,
+                          uint64_t seed, em_device dev, em_tensor **out);
+/** Normal with mean and std (Box–Muller). Float dtypes only. */
+em_status em_rand_normal(const int64_t *shape, int rank, em_dtype dt, double mean, double std,
+                         uint64_t seed, em_device dev, em_tensor **out);
+/** 1 with probability p, else 0, in dtype dt (any non-quantized dtype). */
+em_status em_rand_bernoulli(const int64_t *shape, int rank, em_dtype dt, double p,
+                            uint64_t seed, em_device dev, em_tensor **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EMBER_EMBER_H */

@@ -1,0 +1,82 @@
+/* registry.c — the table of backends and their per-device contexts. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+extern const em_backend_ops em_ref_backend_ops;
+
+#define EMI_MAX_DEVICES 64
+
+static pthread_once_t emi_reg_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t emi_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(const em_backend_ops *) emi_backends[EM_BACKEND_MAX];
+static _Atomic(void *) emi_ctxs[EM_BACKEND_MAX][EMI_MAX_DEVICES];
+
+static void emi_reg_init(void) {
+    atomic_store(&emi_backends[EM_BACKEND_REF], &em_ref_backend_ops);
+}
+
+const em_backend_ops *em_backend_get(em_backend b) {
+    if ((int)b < 0 || (int)b >= EM_BACKEND_MAX) return NULL;
+    pthread_once(&emi_reg_once, emi_reg_init);
+    return atomic_load_explicit(&emi_backends[b], memory_order_acquire);
+}
+
+em_status em_backend_register(const em_backend_ops *ops) {
+    static const char fn[] = "em_backend_register";
+    pthread_once(&emi_reg_once, emi_reg_init);
+    if (!ops) return emi_fail(EM_ERR_ARG, "%s: ops is NULL", fn);
+    if (ops->abi_version != EM_BACKEND_ABI_VERSION)
+        return emi_fail(EM_ERR_ARG, "%s: ABI version %u, this library speaks %u", fn,
+                        ops->abi_version, EM_BACKEND_ABI_VERSION);
+    if ((int)ops->id < EM_BACKEND_EXTERNAL0 || (int)ops->id >= EM_BACKEND_MAX)
+        return emi_fail(EM_ERR_ARG, "%s: id %d outside %d..%d", fn, (int)ops->id,
+                        EM_BACKEND_EXTERNAL0, EM_BACKEND_MAX - 1);
+    if (!ops->name || !ops->name[0] || !ops->device_count || !ops->open || !ops->alloc ||
+        !ops->free || !ops->read || !ops->write || !ops->copy)
+        return emi_fail(EM_ERR_ARG,
+                        "%s: name, device_count, open, alloc, free, read, write and copy are "
+                        "required",
+                        fn);
+    pthread_mutex_lock(&emi_reg_lock);
+    em_status s = EM_OK;
+    for (int i = 0; i < EM_BACKEND_MAX && s == EM_OK; i++) {
+        const em_backend_ops *o = atomic_load(&emi_backends[i]);
+        if (i == (int)ops->id && o) s = emi_fail(EM_ERR_STATE, "%s: id %d is taken by '%s'", fn, i, o->name);
+        else if (o && strcmp(o->name, ops->name) == 0)
+            s = emi_fail(EM_ERR_STATE, "%s: a backend named '%s' is registered", fn, ops->name);
+    }
+    if (s == EM_OK) atomic_store_explicit(&emi_backends[ops->id], ops, memory_order_release);
+    pthread_mutex_unlock(&emi_reg_lock);
+    return s;
+}
+
+em_status emi_backend(em_device dev, const em_backend_ops **ops, void **ctx) {
+    const em_backend_ops *o = em_backend_get(dev.backend);
+    if (!o) return emi_fail(EM_ERR_DEVICE, "backend %d is not in this build", (int)dev.backend);
+    if (dev.index < 0 || dev.index >= EMI_MAX_DEVICES || dev.index >= o->device_count())
+        return emi_fail(EM_ERR_DEVICE, "device %s:%d is not present", o->name, dev.index);
+    void *c = atomic_load_explicit(&emi_ctxs[dev.backend][dev.index], memory_order_acquire);
+    if (!c) {
+        pthread_mutex_lock(&emi_reg_lock);
+        c = atomic_load(&emi_ctxs[dev.backend][dev.index]);
+        em_status s = EM_OK;
+        if (!c) {
+            s = o->open(dev.index, &c);
+            if (s == EM_OK) atomic_store_explicit(&emi_ctxs[dev.backend][dev.index], c, memory_order_release);
+        }
+        pthread_mutex_unlock(&emi_reg_lock);
+        if (s != EM_OK) return s;
+    }
+    *ops = o;
+    *ctx = c;
+    return EM_OK;
+}
+
+em_status emi_need(const char *fn, const em_backend_ops *ops, bool present, const char *slot) {
+    if (present) return EM_OK;
+    return emi_fail(EM_ERR_UNSUPPORTED, "%s: the %s backend does not implement %s", fn, ops->name,
+                    slot);
+}

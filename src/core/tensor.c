@@ -1,0 +1,264 @@
+/* tensor.c — the reference-counted tensor handle: allocation, views, lifetime, metadata. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+/* A fresh tensor and its storage are one allocation; a view is a tensor alone that shares
+ * another's storage. The block is freed when both its tensor and its storage are gone:
+ * the storage's `owner` flag says whether its block also holds a live tensor. */
+typedef struct emi_block {
+    struct em_tensor t;
+    emi_storage st;
+    atomic_int live; /* 2 while both tensor and storage live, then 1, then free */
+} emi_block;
+
+static void emi_block_drop(emi_block *b) {
+    if (atomic_fetch_sub_explicit(&b->live, 1, memory_order_acq_rel) == 1) free(b);
+}
+
+void emi_storage_release(emi_storage *st) {
+    if (!st) return;
+    if (atomic_fetch_sub_explicit(&st->refs, 1, memory_order_acq_rel) != 1) return;
+    if (st->buf) st->ops->free(st->ctx, st->buf);
+    emi_block_drop((emi_block *)((char *)st - offsetof(emi_block, st)));
+}
+
+void em_tensor_retain(em_tensor *t) {
+    if (t) atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+}
+
+/* Defined by the autodiff layer when it exists; a weak no-op until then. */
+void emi_ad_release(em_tensor *t) __attribute__((weak));
+
+void em_tensor_release(em_tensor *t) {
+    if (!t) return;
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
+    if (t->ad && emi_ad_release) emi_ad_release(t);
+    emi_storage *st = t->st;
+    emi_block *own = (emi_block *)((char *)st - offsetof(emi_block, st));
+    if (&own->t == t) {
+        emi_storage_release(st);
+        emi_block_drop(own);
+    } else {
+        emi_storage_release(st);
+        free(t);
+    }
+}
+
+em_status emi_empty(const char *fn, em_device dev, em_dtype dt, const int64_t *shape, int rank,
+                    em_tensor **out) {
+    int64_t numel;
+    EMI_TRY(emi_check_shape(fn, shape, rank, &numel));
+    const em_backend_ops *ops;
+    void *ctx;
+    em_status s = emi_backend(dev, &ops, &ctx);
+    if (s != EM_OK) {
+        char msg[512];
+        strncpy(msg, em_last_error(), sizeof msg - 1);
+        msg[sizeof msg - 1] = '\0';
+        return emi_fail(s, "%s: %s", fn, msg);
+    }
+    emi_block *b = malloc(sizeof *b);
+    if (!b) return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    size_t bytes = (size_t)numel * em_dtype_size(dt);
+    void *buf = NULL;
+    /* Every tensor gets a buffer, even an empty one, so backends never see NULL. */
+    s = ops->alloc(ctx, bytes ? bytes : 1, &buf);
+    if (s != EM_OK) {
+        free(b);
+        return s == EM_ERR_NOMEM
+                   ? emi_fail(s, "%s: out of memory allocating %zu bytes on %s", fn, bytes, ops->name)
+                   : s;
+    }
+    atomic_init(&b->live, 2);
+    atomic_init(&b->st.refs, 1);
+    b->st.ops = ops;
+    b->st.ctx = ctx;
+    b->st.buf = buf;
+    b->st.bytes = bytes;
+    em_tensor *t = &b->t;
+    atomic_init(&t->refs, 1);
+    t->st = &b->st;
+    t->v.buf = buf;
+    t->v.dtype = dt;
+    t->v.rank = rank;
+    for (int i = 0; i < rank; i++) t->v.shape[i] = shape[i];
+    emi_contiguous_strides(shape, rank, t->v.strides);
+    t->v.offset = 0;
+    t->dtype = dt;
+    memset(&t->scheme, 0, sizeof t->scheme);
+    t->dev = dev;
+    t->ckpt = EM_CKPT_NONE;
+    t->ad = NULL;
+    *out = t;
+    return EM_OK;
+}
+
+em_status emi_view_tensor(const em_tensor *base, const int64_t *shape, const int64_t *strides,
+                          int rank, int64_t offset, em_tensor **out) {
+    em_tensor *t = malloc(sizeof *t);
+    if (!t) return emi_fail(EM_ERR_NOMEM, "out of memory");
+    *t = *base;
+    atomic_init(&t->refs, 1);
+    atomic_fetch_add_explicit(&base->st->refs, 1, memory_order_relaxed);
+    t->v.rank = rank;
+    for (int i = 0; i < rank; i++) {
+        t->v.shape[i] = shape[i];
+        t->v.strides[i] = strides[i];
+    }
+    t->v.offset = offset;
+    t->ad = NULL;
+    *out = t;
+    return EM_OK;
+}
+
+em_view emi_broadcast_view(const em_tensor *t, const int64_t *shape, int rank) {
+    em_view v = t->v;
+    v.rank = rank;
+    for (int i = 0; i < rank; i++) {
+        int j = t->v.rank - rank + i;
+        v.shape[i] = shape[i];
+        v.strides[i] = (j >= 0 && t->v.shape[j] == shape[i]) ? t->v.strides[j] : 0;
+    }
+    return v;
+}
+
+em_status emi_input_view(const char *fn, const em_tensor *t, em_view *v, em_tensor **tmp) {
+    *tmp = NULL;
+    if ((t->st->ops->caps & EM_CAP_STRIDED_INPUTS) || emi_view_is_contiguous(&t->v)) {
+        *v = t->v;
+        return EM_OK;
+    }
+    em_tensor *c;
+    EMI_TRY(emi_empty(fn, t->dev, t->v.dtype, t->v.shape, t->v.rank, &c));
+    em_status s = emi_numel(t->v.shape, t->v.rank) ? t->st->ops->copy(t->st->ctx, &c->v, &t->v)
+                                                   : EM_OK;
+    if (s != EM_OK) {
+        em_tensor_release(c);
+        return s;
+    }
+    *v = c->v;
+    *tmp = c;
+    return EM_OK;
+}
+
+em_device emi_result_device(const em_tensor *const *ins, int n) {
+    return n > 0 && ins[0] ? ins[0]->dev : em_device_default();
+}
+
+em_status emi_copy_into(const char *fn, em_tensor *dst, const em_tensor *src) {
+    const em_backend_ops *ops = dst->st->ops;
+    if (emi_numel(dst->v.shape, dst->v.rank) == 0) return EM_OK;
+    em_view in;
+    em_tensor *tmp;
+    EMI_TRY(emi_input_view(fn, src, &in, &tmp));
+    em_view srcv = in;
+    srcv.dtype = src->v.dtype;
+    em_status s = ops->copy(dst->st->ctx, &dst->v, &srcv);
+    em_tensor_release(tmp);
+    return s;
+}
+
+em_status emi_read_all(const em_tensor *t, void **data, size_t *bytes) {
+    size_t n = (size_t)emi_numel(t->v.shape, t->v.rank) * em_dtype_size(t->v.dtype);
+    void *buf = malloc(n ? n : 1);
+    if (!buf) return emi_fail(EM_ERR_NOMEM, "out of memory reading %zu bytes", n);
+    em_status s = EM_OK;
+    if (n) {
+        const em_tensor *src = t;
+        em_tensor *tmp = NULL;
+        if (!emi_view_is_contiguous(&t->v)) {
+            s = emi_empty("em_tensor_to_data", t->dev, t->v.dtype, t->v.shape, t->v.rank, &tmp);
+            if (s == EM_OK) s = t->st->ops->copy(t->st->ctx, &tmp->v, &t->v);
+            src = tmp;
+        }
+        if (s == EM_OK)
+            s = src->st->ops->read(src->st->ctx, src->st->buf,
+                                   (size_t)src->v.offset * em_dtype_size(src->v.dtype), buf, n);
+        em_tensor_release(tmp);
+    }
+    if (s != EM_OK) {
+        free(buf);
+        return s;
+    }
+    *data = buf;
+    *bytes = n;
+    return EM_OK;
+}
+
+/* ---- metadata ---- */
+
+#define EMI_META(fn, t, zero)                                                                 \
+    do {                                                                                      \
+        if (!(t)) {                                                                           \
+            emi_fail(EM_ERR_ARG, "%s: tensor is NULL", fn);                                   \
+            return zero;                                                                      \
+        }                                                                                     \
+    } while (0)
+
+em_dtype em_tensor_dtype(const em_tensor *t) {
+    EMI_META("em_tensor_dtype", t, EM_F32);
+    return t->dtype;
+}
+
+int em_tensor_rank(const em_tensor *t) {
+    EMI_META("em_tensor_rank", t, 0);
+    return t->v.rank;
+}
+
+const int64_t *em_tensor_shape(const em_tensor *t) {
+    EMI_META("em_tensor_shape", t, NULL);
+    return t->v.shape;
+}
+
+int64_t em_tensor_dim(const em_tensor *t, int dim) {
+    EMI_META("em_tensor_dim", t, -1);
+    if (dim < -t->v.rank || dim >= t->v.rank) {
+        emi_fail(EM_ERR_ARG, "em_tensor_dim: dim %d out of range for rank %d", dim, t->v.rank);
+        return -1;
+    }
+    return t->v.shape[dim < 0 ? dim + t->v.rank : dim];
+}
+
+int64_t em_tensor_numel(const em_tensor *t) {
+    EMI_META("em_tensor_numel", t, 0);
+    return emi_numel(t->v.shape, t->v.rank);
+}
+
+em_device em_tensor_device(const em_tensor *t) {
+    EMI_META("em_tensor_device", t, ((em_device){EM_BACKEND_REF, 0, false, EM_CKPT_NONE}));
+    return t->dev;
+}
+
+em_kind em_tensor_kind(const em_tensor *t) {
+    EMI_META("em_tensor_kind", t, EM_KIND_FLOAT);
+    return em_dtype_kind(t->dtype);
+}
+
+bool em_tensor_can_mut(const em_tensor *t) {
+    EMI_META("em_tensor_can_mut", t, false);
+    return atomic_load_explicit(&t->refs, memory_order_acquire) == 1 &&
+           atomic_load_explicit(&t->st->refs, memory_order_acquire) == 1;
+}
+
+bool em_tensor_is_contiguous(const em_tensor *t) {
+    EMI_META("em_tensor_is_contiguous", t, false);
+    return emi_view_is_contiguous(&t->v);
+}
+
+em_checkpointing em_tensor_checkpointing(const em_tensor *t) {
+    EMI_META("em_tensor_checkpointing", t, EM_CKPT_NONE);
+    return t->ckpt;
+}
+
+em_status em_tensor_scheme(const em_tensor *t, em_quant_scheme *out) {
+    static const char fn[] = "em_tensor_scheme";
+    EMI_TRY(emi_check_tensor(fn, "t", t));
+    EMI_TRY(emi_check_out(fn, out));
+    if (em_dtype_kind(t->dtype) != EM_KIND_QUANTIZED)
+        return emi_fail(EM_ERR_DTYPE, "%s: expected a quantized tensor, got %s (%s)", fn,
+                        em_kind_name(em_dtype_kind(t->dtype)), em_dtype_name(t->dtype));
+    *out = t->scheme;
+    return EM_OK;
+}

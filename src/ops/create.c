@@ -1,0 +1,347 @@
+/* create.c — creating tensors, reading them back, and moving or converting them. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+/* Resolves a device argument for creation calls, prefixing the routing error with fn. */
+static em_status emi_check_device(const char *fn, em_device dev) {
+    const em_backend_ops *ops;
+    void *ctx;
+    em_status s = emi_backend(dev, &ops, &ctx);
+    if (s == EM_OK) return EM_OK;
+    char msg[400];
+    strncpy(msg, em_last_error(), sizeof msg - 1);
+    msg[sizeof msg - 1] = '\0';
+    return emi_fail(s, "%s: %s", fn, msg);
+}
+
+static em_status emi_check_plain_dtype(const char *fn, em_dtype dt) {
+    if ((int)dt < 0 || (int)dt >= EM_DTYPE_COUNT)
+        return emi_fail(EM_ERR_DTYPE, "%s: invalid dtype %d", fn, (int)dt);
+    if (em_dtype_kind(dt) == EM_KIND_QUANTIZED)
+        return emi_fail(EM_ERR_DTYPE, "%s: quantized dtype %s cannot be created directly; use "
+                        "em_quantize", fn, em_dtype_name(dt));
+    return EM_OK;
+}
+
+em_status em_tensor_from_data(const void *data, em_dtype dt, const int64_t *shape, int rank,
+                              em_device dev, em_tensor **out) {
+    static const char fn[] = "em_tensor_from_data";
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_plain_dtype(fn, dt));
+    int64_t numel;
+    EMI_TRY(emi_check_shape(fn, shape, rank, &numel));
+    if (numel > 0 && !data) return emi_fail(EM_ERR_ARG, "%s: data is NULL", fn);
+    EMI_TRY(emi_check_device(fn, dev));
+    em_tensor *t;
+    EMI_TRY(emi_empty(fn, dev, dt, shape, rank, &t));
+    size_t bytes = (size_t)numel * em_dtype_size(dt);
+    if (bytes) {
+        em_status s;
+        if (dt == EM_BOOL) {
+            /* Normalize bool bytes to 0/1 so kernels can trust them. */
+            uint8_t *norm = malloc(bytes);
+            if (!norm) {
+                em_tensor_release(t);
+                return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+            }
+            for (size_t i = 0; i < bytes; i++) norm[i] = ((const uint8_t *)data)[i] != 0;
+            s = t->st->ops->write(t->st->ctx, t->st->buf, 0, norm, bytes);
+            free(norm);
+        } else {
+            s = t->st->ops->write(t->st->ctx, t->st->buf, 0, data, bytes);
+        }
+        if (s != EM_OK) {
+            em_tensor_release(t);
+            return s;
+        }
+    }
+    *out = t;
+    return EM_OK;
+}
+
+em_status em_tensor_to_data(const em_tensor *t, void *dst, size_t dst_bytes) {
+    static const char fn[] = "em_tensor_to_data";
+    EMI_TRY(emi_check_tensor(fn, "t", t));
+    size_t need = (size_t)emi_numel(t->v.shape, t->v.rank) * em_dtype_size(t->v.dtype);
+    if (need && !dst) return emi_fail(EM_ERR_ARG, "%s: dst is NULL", fn);
+    if (dst_bytes < need)
+        return emi_fail(EM_ERR_ARG, "%s: dst holds %zu bytes, the tensor needs %zu", fn, dst_bytes,
+                        need);
+    if (!need) return EM_OK;
+    void *data;
+    size_t bytes;
+    EMI_TRY(emi_read_all(t, &data, &bytes));
+    memcpy(dst, data, bytes);
+    free(data);
+    return EM_OK;
+}
+
+em_status em_tensor_item(const em_tensor *t, double *out) {
+    static const char fn[] = "em_tensor_item";
+    EMI_TRY(emi_check_tensor(fn, "t", t));
+    EMI_TRY(emi_check_out(fn, out));
+    if (emi_numel(t->v.shape, t->v.rank) != 1)
+        return emi_fail(EM_ERR_SHAPE, "%s: the tensor has %lld elements, not 1", fn,
+                        (long long)emi_numel(t->v.shape, t->v.rank));
+    union {
+        double f64;
+        float f32;
+        int64_t i64;
+        int32_t i32;
+        int16_t i16;
+        int8_t i8;
+        uint8_t u8;
+        uint16_t u16;
+    } u;
+    EMI_TRY(em_tensor_to_data(t, &u, sizeof u));
+    double v = 0;
+    switch (t->v.dtype) {
+    case EM_F32: v = u.f32; break;
+    case EM_F64: v = u.f64; break;
+    case EM_F16: v = em_f16_to_f32(u.u16); break;
+    case EM_BF16: v = em_bf16_to_f32(u.u16); break;
+    case EM_I64: v = (double)u.i64; break;
+    case EM_I32: v = u.i32; break;
+    case EM_I16: v = u.i16; break;
+    case EM_I8: case EM_Q8: case EM_Q4: v = u.i8; break;
+    case EM_U8: case EM_BOOL: v = u.u8; break;
+    }
+    if (em_dtype_kind(t->dtype) == EM_KIND_QUANTIZED)
+        v = t->scheme.scale * (v - t->scheme.zero_point);
+    *out = v;
+    return EM_OK;
+}
+
+em_status em_full(const int64_t *shape, int rank, double value, em_dtype dt, em_device dev,
+                  em_tensor **out) {
+    static const char fn[] = "em_full";
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_plain_dtype(fn, dt));
+    EMI_TRY(emi_check_shape(fn, shape, rank, NULL));
+    EMI_TRY(emi_check_device(fn, dev));
+    em_tensor *t;
+    EMI_TRY(emi_empty(fn, dev, dt, shape, rank, &t));
+    if (emi_numel(shape, rank)) {
+        em_status s = emi_need(fn, t->st->ops, t->st->ops->fill != NULL, "fill");
+        if (s == EM_OK) s = t->st->ops->fill(t->st->ctx, &t->v, value);
+        if (s != EM_OK) {
+            em_tensor_release(t);
+            return s;
+        }
+    }
+    *out = t;
+    return EM_OK;
+}
+
+em_status em_zeros(const int64_t *shape, int rank, em_dtype dt, em_device dev, em_tensor **out) {
+    return em_full(shape, rank, 0.0, dt, dev, out);
+}
+
+em_status em_ones(const int64_t *shape, int rank, em_dtype dt, em_device dev, em_tensor **out) {
+    return em_full(shape, rank, 1.0, dt, dev, out);
+}
+
+em_status em_full_like(const em_tensor *x, double value, em_tensor **out) {
+    static const char fn[] = "em_full_like";
+    EMI_TRY(emi_check_tensor(fn, "x", x));
+    EMI_TRY(emi_check_not_quantized(fn, x));
+    return em_full(x->v.shape, x->v.rank, value, x->dtype, x->dev, out);
+}
+
+em_status em_arange(double start, double stop, double step, em_dtype dt, em_device dev,
+                    em_tensor **out) {
+    static const char fn[] = "em_arange";
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_plain_dtype(fn, dt));
+    if (!isfinite(start) || !isfinite(stop) || !isfinite(step) || step == 0)
+        return emi_fail(EM_ERR_ARG, "%s: start, stop and step must be finite, step nonzero", fn);
+    if (dt == EM_BOOL) return emi_fail(EM_ERR_DTYPE, "%s: bool is not an arange dtype", fn);
+    double n = ceil((stop - start) / step);
+    if (n < 0) n = 0;
+    if (n > 9.0e15) return emi_fail(EM_ERR_SHAPE, "%s: %.0f elements is too many", fn, n);
+    int64_t shape[1] = {(int64_t)n};
+    EMI_TRY(emi_check_device(fn, dev));
+    em_tensor *t;
+    EMI_TRY(emi_empty(fn, dev, dt, shape, 1, &t));
+    if (shape[0]) {
+        em_status s = emi_need(fn, t->st->ops, t->st->ops->arange != NULL, "arange");
+        if (s == EM_OK) s = t->st->ops->arange(t->st->ctx, &t->v, start, step);
+        if (s != EM_OK) {
+            em_tensor_release(t);
+            return s;
+        }
+    }
+    *out = t;
+    return EM_OK;
+}
+
+/* ---- converting and moving ---- */
+
+/* A fresh contiguous tensor of dtype dt holding t's values (t's device). */
+static em_status emi_convert(const char *fn, const em_tensor *t, em_dtype dt, em_tensor **out) {
+    em_tensor *o;
+    EMI_TRY(emi_empty(fn, t->dev, dt, t->v.shape, t->v.rank, &o));
+    em_status s = emi_copy_into(fn, o, t);
+    if (s != EM_OK) {
+        em_tensor_release(o);
+        return s;
+    }
+    o->ckpt = t->ckpt;
+    *out = o;
+    return EM_OK;
+}
+
+em_status em_cast(const em_tensor *t, em_dtype dt, em_tensor **out) {
+    static const char fn[] = "em_cast";
+    EMI_TRY(emi_check_tensor(fn, "t", t));
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_plain_dtype(fn, dt));
+    EMI_TRY(emi_check_not_quantized(fn, t));
+    if (t->dtype == dt) {
+        em_tensor_retain((em_tensor *)t);
+        *out = (em_tensor *)t;
+        return EM_OK;
+    }
+    return emi_convert(fn, t, dt, out);
+}
+
+em_status em_contiguous(const em_tensor *t, em_tensor **out) {
+    static const char fn[] = "em_contiguous";
+    EMI_TRY(emi_check_tensor(fn, "t", t));
+    EMI_TRY(emi_check_out(fn, out));
+    if (emi_view_is_contiguous(&t->v)) {
+        em_tensor_retain((em_tensor *)t);
+        *out = (em_tensor *)t;
+        return EM_OK;
+    }
+    return em_clone(t, out);
+}
+
+em_status em_clone(const em_tensor *t, em_tensor **out) {
+    static const char fn[] = "em_clone";
+    EMI_TRY(emi_check_tensor(fn, "t", t));
+    EMI_TRY(emi_check_out(fn, out));
+    em_tensor *o;
+    EMI_TRY(emi_convert(fn, t, t->v.dtype, &o));
+    o->dtype = t->dtype;
+    o->scheme = t->scheme;
+    *out = o;
+    return EM_OK;
+}
+
+em_status em_to_device(const em_tensor *t, em_device dev, em_tensor **out) {
+    static const char fn[] = "em_to_device";
+    EMI_TRY(emi_check_tensor(fn, "t", t));
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_device(fn, dev));
+    if (em_device_equal(t->dev, dev)) {
+        em_tensor_retain((em_tensor *)t);
+        *out = (em_tensor *)t;
+        return EM_OK;
+    }
+    em_tensor *o = NULL;
+    if (t->dev.backend == dev.backend && t->dev.index == dev.index) {
+        /* Same memory, another autodiff wrapping: a view over the same storage. */
+        EMI_TRY(emi_view_tensor(t, t->v.shape, t->v.strides, t->v.rank, t->v.offset, &o));
+    } else {
+        void *data;
+        size_t bytes;
+        EMI_TRY(emi_read_all(t, &data, &bytes));
+        em_status s = emi_empty(fn, dev, t->v.dtype, t->v.shape, t->v.rank, &o);
+        if (s == EM_OK && bytes) s = o->st->ops->write(o->st->ctx, o->st->buf, 0, data, bytes);
+        free(data);
+        if (s != EM_OK) {
+            em_tensor_release(o);
+            return s;
+        }
+        o->dtype = t->dtype;
+        o->scheme = t->scheme;
+    }
+    o->dev = dev;
+    o->ckpt = dev.autodiff && em_dtype_kind(t->dtype) == EM_KIND_FLOAT ? dev.checkpointing
+                                                                       : EM_CKPT_NONE;
+    *out = o;
+    return EM_OK;
+}
+
+/* ---- quantization: per-tensor affine, computed with public ops ---- */
+
+em_status em_quantize(const em_tensor *x, em_dtype storage, em_tensor **out) {
+    static const char fn[] = "em_quantize";
+    EMI_TRY(emi_check_tensor(fn, "x", x));
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_float(fn, x));
+    if (storage != EM_Q8 && storage != EM_Q4)
+        return emi_fail(EM_ERR_DTYPE, "%s: storage must be q8 or q4, got %s", fn,
+                        em_dtype_name(storage));
+    double qmin = storage == EM_Q8 ? -128 : -8, qmax = storage == EM_Q8 ? 127 : 7;
+    void *data;
+    size_t bytes;
+    em_tensor *f64;
+    EMI_TRY(em_cast(x, EM_F64, &f64));
+    em_status s = emi_read_all(f64, &data, &bytes);
+    em_tensor_release(f64);
+    if (s != EM_OK) return s;
+    size_t n = bytes / sizeof(double);
+    const double *v = data;
+    double lo = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(v[i])) {
+            free(data);
+            return emi_fail(EM_ERR_ARG, "%s: the tensor holds a non-finite value", fn);
+        }
+        lo = v[i] < lo ? v[i] : lo;
+        hi = v[i] > hi ? v[i] : hi;
+    }
+    double scale = (hi - lo) / (qmax - qmin);
+    if (scale == 0) scale = 1;
+    double zp = nearbyint(qmin - lo / scale);
+    if (zp < qmin) zp = qmin;
+    if (zp > qmax) zp = qmax;
+    int8_t *q = malloc(n ? n : 1);
+    if (!q) {
+        free(data);
+        return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    }
+    for (size_t i = 0; i < n; i++) {
+        double r = nearbyint(v[i] / scale) + zp;
+        q[i] = (int8_t)(r < qmin ? qmin : r > qmax ? qmax : r);
+    }
+    free(data);
+    em_tensor *o;
+    s = em_tensor_from_data(q, EM_I8, x->v.shape, x->v.rank, x->dev, &o);
+    free(q);
+    if (s != EM_OK) return s;
+    o->dtype = storage;
+    o->scheme = (em_quant_scheme){storage, (float)scale, (int32_t)zp};
+    o->ckpt = EM_CKPT_NONE;
+    *out = o;
+    return EM_OK;
+}
+
+em_status em_dequantize(const em_tensor *q, em_tensor **out) {
+    static const char fn[] = "em_dequantize";
+    EMI_TRY(emi_check_tensor(fn, "q", q));
+    EMI_TRY(emi_check_out(fn, out));
+    if (em_dtype_kind(q->dtype) != EM_KIND_QUANTIZED)
+        return emi_fail(EM_ERR_DTYPE, "%s: expected a quantized tensor, got %s (%s)", fn,
+                        em_kind_name(em_dtype_kind(q->dtype)), em_dtype_name(q->dtype));
+    void *data;
+    size_t bytes;
+    EMI_TRY(emi_read_all(q, &data, &bytes));
+    float *f = malloc((bytes ? bytes : 1) * sizeof(float));
+    if (!f) {
+        free(data);
+        return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    }
+    for (size_t i = 0; i < bytes; i++)
+        f[i] = q->scheme.scale * (float)(((int8_t *)data)[i] - q->scheme.zero_point);
+    free(data);
+    em_status s = em_tensor_from_data(f, EM_F32, q->v.shape, q->v.rank, q->dev, out);
+    free(f);
+    if (s == EM_OK && q->dev.autodiff) (*out)->ckpt = q->dev.checkpointing;
+    return s;
+}

@@ -1,0 +1,572 @@
+/*
+ * runner.c — runs the conformance table.
+ *
+ *   conformance GOLDEN [--filter TEXT] [--device NAME] [--verbose]
+ *
+ * Reads every case of GOLDEN (made by gen_golden.py), runs it on `ref` and checks the outputs
+ * against the golden ones that NumPy computed, then runs it on every other device that
+ * em_devices() lists and checks that device against ref's outputs, with per-dtype tolerances.
+ * Cases that expect an error must fail with that status on every device. Prints one line per
+ * failure and ends with "N passed, N failed".
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conformance.h"
+
+/* ---- parsed cases ---- */
+
+typedef struct tensor_data {
+    em_dtype dt;
+    int rank;
+    int64_t shape[EM_MAX_RANK];
+    int64_t n;
+    double *vals; /* every value as a double (ints up to 2^53 exact) */
+    int64_t *ivals; /* ints and bools, exact */
+    char view_kind[16];
+    int nview;
+    int64_t view_args[16];
+    bool view_none[16];
+} tensor_data;
+
+typedef struct conf_case {
+    char name[200];
+    char op[64];
+    conf_params params;
+    int nin, nout;
+    tensor_data in[CONF_MAX_IO];
+    tensor_data out[CONF_MAX_IO];
+    char error[32];
+    bool has_tol;
+    double rtol, atol;
+} conf_case;
+
+static void free_case(conf_case *c) {
+    for (int i = 0; i < c->nin; i++) {
+        free(c->in[i].vals);
+        free(c->in[i].ivals);
+    }
+    for (int i = 0; i < c->nout; i++) {
+        free(c->out[i].vals);
+        free(c->out[i].ivals);
+    }
+}
+
+/* ---- params API for the wrappers ---- */
+
+static const conf_param *find_param(const conf_params *p, const char *key) {
+    for (int i = 0; i < p->n; i++)
+        if (strcmp(p->p[i].key, key) == 0) return &p->p[i];
+    return NULL;
+}
+
+int64_t conf_int(const conf_params *p, const char *key, int64_t def) {
+    const conf_param *q = find_param(p, key);
+    return q && q->n > 0 ? (int64_t)q->values[0] : def;
+}
+
+double conf_f64(const conf_params *p, const char *key, double def) {
+    const conf_param *q = find_param(p, key);
+    return q && q->n > 0 ? q->values[0] : def;
+}
+
+bool conf_bool(const conf_params *p, const char *key, bool def) {
+    const conf_param *q = find_param(p, key);
+    return q && q->n > 0 ? q->values[0] != 0 : def;
+}
+
+int conf_ints(const conf_params *p, const char *key, int64_t *out, int cap) {
+    const conf_param *q = find_param(p, key);
+    if (!q) return -1;
+    for (int i = 0; i < q->n && i < cap; i++) out[i] = (int64_t)q->values[i];
+    return q->n;
+}
+
+/* ---- parsing ---- */
+
+static bool is_float_dt(em_dtype dt) { return em_dtype_kind(dt) == EM_KIND_FLOAT; }
+
+static int parse_tensor(char *line, tensor_data *t) {
+    /* "<dtype> <rank> <dims...> : <values...>" */
+    char *save = NULL;
+    char *tok = strtok_r(line, " ", &save);
+    if (!tok || em_dtype_parse(tok, &t->dt) != EM_OK) return -1;
+    tok = strtok_r(NULL, " ", &save);
+    if (!tok) return -1;
+    t->rank = atoi(tok);
+    if (t->rank < 0 || t->rank > EM_MAX_RANK) return -1;
+    t->n = 1;
+    for (int i = 0; i < t->rank; i++) {
+        tok = strtok_r(NULL, " ", &save);
+        if (!tok) return -1;
+        t->shape[i] = atoll(tok);
+        t->n *= t->shape[i];
+    }
+    tok = strtok_r(NULL, " ", &save);
+    if (!tok || strcmp(tok, ":") != 0) return -1;
+    t->vals = calloc((size_t)(t->n ? t->n : 1), sizeof(double));
+    t->ivals = calloc((size_t)(t->n ? t->n : 1), sizeof(int64_t));
+    if (!t->vals || !t->ivals) return -1;
+    for (int64_t i = 0; i < t->n; i++) {
+        tok = strtok_r(NULL, " \n", &save);
+        if (!tok) return -1;
+        t->vals[i] = strtod(tok, NULL);
+        t->ivals[i] = is_float_dt(t->dt) ? 0 : strtoll(tok, NULL, 10);
+    }
+    return 0;
+}
+
+static int parse_view(char *line, tensor_data *t) {
+    char *save = NULL;
+    char *tok = strtok_r(line, " ", &save);
+    if (!tok) return -1;
+    snprintf(t->view_kind, sizeof t->view_kind, "%s", tok);
+    tok = strtok_r(NULL, " ", &save);
+    if (!tok) return -1;
+    t->nview = atoi(tok);
+    if (t->nview < 0 || t->nview > 16) return -1;
+    for (int i = 0; i < t->nview; i++) {
+        tok = strtok_r(NULL, " \n", &save);
+        if (!tok) return -1;
+        t->view_none[i] = strcmp(tok, "none") == 0;
+        t->view_args[i] = t->view_none[i] ? 0 : atoll(tok);
+    }
+    return 0;
+}
+
+static int parse_param(char *line, conf_params *p) {
+    if (p->n >= CONF_MAX_PARAMS) return -1;
+    conf_param *q = &p->p[p->n];
+    char *save = NULL;
+    char *tok = strtok_r(line, " ", &save);
+    if (!tok) return -1;
+    snprintf(q->key, sizeof q->key, "%s", tok);
+    tok = strtok_r(NULL, " ", &save);
+    if (!tok) return -1;
+    q->n = atoi(tok);
+    if (q->n < 0 || q->n > CONF_MAX_PARAM_VALUES) return -1;
+    for (int i = 0; i < q->n; i++) {
+        tok = strtok_r(NULL, " \n", &save);
+        if (!tok) return -1;
+        q->values[i] = strtod(tok, NULL);
+    }
+    p->n++;
+    return 0;
+}
+
+/* Reads a whole line of any length; returns NULL at EOF. The caller frees. */
+static char *read_line(FILE *f) {
+    size_t cap = 256, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    int ch;
+    while ((ch = fgetc(f)) != EOF && ch != '\n') {
+        if (n + 1 >= cap) {
+            cap *= 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+        }
+        buf[n++] = (char)ch;
+    }
+    if (ch == EOF && n == 0) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* ---- building inputs ---- */
+
+static em_status make_input(const tensor_data *t, em_device dev, em_tensor **out) {
+    size_t sz = em_dtype_size(t->dt);
+    void *data = malloc((size_t)(t->n ? t->n : 1) * sz);
+    if (!data) return EM_ERR_NOMEM;
+    for (int64_t i = 0; i < t->n; i++) {
+        double v = t->vals[i];
+        int64_t iv = t->ivals[i];
+        switch (t->dt) {
+        case EM_F32: ((float *)data)[i] = (float)v; break;
+        case EM_F64: ((double *)data)[i] = v; break;
+        case EM_F16: ((uint16_t *)data)[i] = em_f32_to_f16((float)v); break;
+        case EM_BF16: ((uint16_t *)data)[i] = em_f32_to_bf16((float)v); break;
+        case EM_I64: ((int64_t *)data)[i] = iv; break;
+        case EM_I32: ((int32_t *)data)[i] = (int32_t)iv; break;
+        case EM_I16: ((int16_t *)data)[i] = (int16_t)iv; break;
+        case EM_I8: ((int8_t *)data)[i] = (int8_t)iv; break;
+        case EM_U8: case EM_BOOL: ((uint8_t *)data)[i] = (uint8_t)iv; break;
+        default: break;
+        }
+    }
+    em_tensor *base;
+    em_status s = em_tensor_from_data(data, t->dt, t->shape, t->rank, dev, &base);
+    free(data);
+    if (s != EM_OK || !t->view_kind[0]) {
+        if (s == EM_OK) *out = base;
+        return s;
+    }
+    em_tensor *v = NULL;
+    const int64_t *a = t->view_args;
+    if (strcmp(t->view_kind, "transpose") == 0) {
+        s = em_transpose(base, (int)a[0], (int)a[1], &v);
+    } else if (strcmp(t->view_kind, "permute") == 0) {
+        int perm[EM_MAX_RANK];
+        for (int i = 0; i < t->nview && i < EM_MAX_RANK; i++) perm[i] = (int)a[i];
+        s = em_permute(base, perm, t->nview, &v);
+    } else if (strcmp(t->view_kind, "slice") == 0) {
+        int64_t step = t->view_none[3] ? 1 : a[3];
+        int64_t start = t->view_none[1] ? (step > 0 ? 0 : INT64_MAX) : a[1];
+        int64_t stop = t->view_none[2] ? (step > 0 ? INT64_MAX : INT64_MIN) : a[2];
+        s = em_slice(base, (int)a[0], start, stop, step, &v);
+    } else if (strcmp(t->view_kind, "expand") == 0) {
+        s = em_expand(base, a, t->nview, &v);
+    } else if (strcmp(t->view_kind, "flip") == 0) {
+        int dims[EM_MAX_RANK];
+        for (int i = 0; i < t->nview && i < EM_MAX_RANK; i++) dims[i] = (int)a[i];
+        s = em_flip(base, dims, t->nview, &v);
+    } else {
+        s = EM_ERR_ARG;
+    }
+    em_tensor_release(base);
+    if (s == EM_OK) *out = v;
+    return s;
+}
+
+/* ---- comparing ---- */
+
+static void default_tol(em_dtype dt, double *rtol, double *atol) {
+    switch (dt) {
+    case EM_F64: *rtol = 1e-9; *atol = 1e-12; break;
+    case EM_F32: *rtol = 1e-5; *atol = 1e-6; break;
+    case EM_F16: *rtol = 4e-3; *atol = 1e-3; break;
+    case EM_BF16: *rtol = 2e-2; *atol = 1e-2; break;
+    default: *rtol = 0; *atol = 0; break;
+    }
+}
+
+/* Reads a tensor back as doubles / exact ints. */
+static em_status read_back(const em_tensor *t, tensor_data *d) {
+    d->dt = em_tensor_dtype(t);
+    d->rank = em_tensor_rank(t);
+    memcpy(d->shape, em_tensor_shape(t), sizeof(int64_t) * (size_t)d->rank);
+    d->n = em_tensor_numel(t);
+    size_t sz = em_dtype_size(d->dt);
+    void *raw = malloc((size_t)(d->n ? d->n : 1) * sz);
+    d->vals = calloc((size_t)(d->n ? d->n : 1), sizeof(double));
+    d->ivals = calloc((size_t)(d->n ? d->n : 1), sizeof(int64_t));
+    if (!raw || !d->vals || !d->ivals) {
+        free(raw);
+        return EM_ERR_NOMEM;
+    }
+    em_status s = em_tensor_to_data(t, raw, (size_t)d->n * sz);
+    for (int64_t i = 0; s == EM_OK && i < d->n; i++) {
+        int64_t iv = 0;
+        double v = 0;
+        switch (d->dt) {
+        case EM_F32: v = ((float *)raw)[i]; break;
+        case EM_F64: v = ((double *)raw)[i]; break;
+        case EM_F16: v = em_f16_to_f32(((uint16_t *)raw)[i]); break;
+        case EM_BF16: v = em_bf16_to_f32(((uint16_t *)raw)[i]); break;
+        case EM_I64: iv = ((int64_t *)raw)[i]; break;
+        case EM_I32: iv = ((int32_t *)raw)[i]; break;
+        case EM_I16: iv = ((int16_t *)raw)[i]; break;
+        case EM_I8: case EM_Q8: case EM_Q4: iv = ((int8_t *)raw)[i]; break;
+        case EM_U8: case EM_BOOL: iv = ((uint8_t *)raw)[i]; break;
+        }
+        if (!is_float_dt(d->dt)) v = (double)iv;
+        d->vals[i] = v;
+        d->ivals[i] = iv;
+    }
+    free(raw);
+    return s;
+}
+
+/* Compares got against want; on mismatch writes a reason into msg and returns false. */
+static bool compare(const tensor_data *got, const tensor_data *want, const conf_case *c,
+                    char *msg, size_t cap) {
+    if (got->dt != want->dt) {
+        snprintf(msg, cap, "dtype %s, want %s", em_dtype_name(got->dt), em_dtype_name(want->dt));
+        return false;
+    }
+    if (got->rank != want->rank || memcmp(got->shape, want->shape,
+                                          sizeof(int64_t) * (size_t)got->rank) != 0) {
+        snprintf(msg, cap, "shape mismatch (rank %d vs %d, numel %lld vs %lld)", got->rank,
+                 want->rank, (long long)got->n, (long long)want->n);
+        return false;
+    }
+    double rtol, atol;
+    default_tol(want->dt, &rtol, &atol);
+    if (c->has_tol) {
+        rtol = c->rtol;
+        atol = c->atol;
+    }
+    for (int64_t i = 0; i < got->n; i++) {
+        if (!is_float_dt(want->dt)) {
+            if (got->ivals[i] != want->ivals[i]) {
+                snprintf(msg, cap, "element %lld: got %lld, want %lld", (long long)i,
+                         (long long)got->ivals[i], (long long)want->ivals[i]);
+                return false;
+            }
+            continue;
+        }
+        double g = got->vals[i], w = want->vals[i];
+        bool ok;
+        if (isnan(w)) ok = isnan(g);
+        else if (isinf(w)) ok = g == w;
+        else ok = !isnan(g) && fabs(g - w) <= atol + rtol * fabs(w);
+        if (!ok) {
+            snprintf(msg, cap, "element %lld: got %.9g, want %.9g (rtol %g, atol %g)",
+                     (long long)i, g, w, rtol, atol);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- running ---- */
+
+static const conf_op *const families[] = {conf_ops_elementwise, conf_ops_reduce, conf_ops_layout,
+                                          conf_ops_nn};
+
+static conf_fn find_op(const char *name) {
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+        for (const conf_op *o = families[f]; o->name; o++)
+            if (strcmp(o->name, name) == 0) return o->fn;
+    return NULL;
+}
+
+typedef struct run_result {
+    em_status status;
+    char error[256];
+    int nout;
+    tensor_data out[CONF_MAX_IO];
+} run_result;
+
+static void free_result(run_result *r) {
+    for (int i = 0; i < r->nout; i++) {
+        free(r->out[i].vals);
+        free(r->out[i].ivals);
+    }
+    r->nout = 0;
+}
+
+/* Runs case c on dev; fills r. Returns false when the harness itself failed (msg set). */
+static bool run_on(const conf_case *c, conf_fn fn, em_device dev, run_result *r, char *msg,
+                   size_t cap) {
+    em_tensor *ins[CONF_MAX_IO] = {0};
+    memset(r, 0, sizeof *r);
+    bool ok = true;
+    for (int i = 0; i < c->nin; i++) {
+        em_status s = make_input(&c->in[i], dev, &ins[i]);
+        if (s != EM_OK) {
+            snprintf(msg, cap, "building input %d failed: %s: %s", i, em_status_name(s),
+                     em_last_error());
+            ok = false;
+            break;
+        }
+    }
+    if (ok) {
+        conf_params p = c->params;
+        p.dev = dev;
+        em_tensor *outs[CONF_MAX_IO] = {0};
+        int nout = 0;
+        em_clear_error();
+        r->status = fn(ins, c->nin, &p, outs, &nout);
+        snprintf(r->error, sizeof r->error, "%s", em_last_error());
+        for (int i = 0; i < nout && i < CONF_MAX_IO; i++) {
+            if (r->status == EM_OK && ok) {
+                em_status s = read_back(outs[i], &r->out[i]);
+                r->nout = i + 1;
+                if (s != EM_OK) {
+                    snprintf(msg, cap, "reading output %d failed: %s", i, em_last_error());
+                    ok = false;
+                }
+            }
+            em_tensor_release(outs[i]);
+        }
+    }
+    for (int i = 0; i < c->nin; i++) em_tensor_release(ins[i]);
+    return ok;
+}
+
+/* Checks r (a run on a device) against the expected outputs. */
+static bool check(const conf_case *c, const run_result *r, const tensor_data *want, int nwant,
+                  char *msg, size_t cap) {
+    if (c->error[0]) {
+        if (r->status == EM_OK) {
+            snprintf(msg, cap, "expected %s, got EM_OK", c->error);
+            return false;
+        }
+        if (strcmp(em_status_name(r->status), c->error) != 0) {
+            snprintf(msg, cap, "expected %s, got %s: %s", c->error, em_status_name(r->status),
+                     r->error);
+            return false;
+        }
+        if (!r->error[0]) {
+            snprintf(msg, cap, "%s without a message", c->error);
+            return false;
+        }
+        return true;
+    }
+    if (r->status != EM_OK) {
+        snprintf(msg, cap, "failed: %s: %s", em_status_name(r->status), r->error);
+        return false;
+    }
+    if (r->nout != nwant) {
+        snprintf(msg, cap, "%d outputs, want %d", r->nout, nwant);
+        return false;
+    }
+    for (int i = 0; i < nwant; i++) {
+        char m[200];
+        if (!compare(&r->out[i], &want[i], c, m, sizeof m)) {
+            snprintf(msg, cap, "output %d: %s", i, m);
+            return false;
+        }
+    }
+    return true;
+}
+
+static int parse_case_line(conf_case *c, char *line) {
+    if (strncmp(line, "op ", 3) == 0) snprintf(c->op, sizeof c->op, "%s", line + 3);
+    else if (strncmp(line, "param ", 6) == 0) return parse_param(line + 6, &c->params);
+    else if (strncmp(line, "input ", 6) == 0) {
+        if (c->nin >= CONF_MAX_IO) return -1;
+        return parse_tensor(line + 6, &c->in[c->nin++]);
+    } else if (strncmp(line, "view ", 5) == 0) {
+        if (c->nin == 0) return -1;
+        return parse_view(line + 5, &c->in[c->nin - 1]);
+    } else if (strncmp(line, "output ", 7) == 0) {
+        if (c->nout >= CONF_MAX_IO) return -1;
+        return parse_tensor(line + 7, &c->out[c->nout++]);
+    } else if (strncmp(line, "error ", 6) == 0) snprintf(c->error, sizeof c->error, "%s", line + 6);
+    else if (strncmp(line, "tol ", 4) == 0) {
+        c->has_tol = true;
+        if (sscanf(line + 4, "%lf %lf", &c->rtol, &c->atol) != 2) return -1;
+    } else return -1;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *path = NULL, *filter = NULL, *only_dev = NULL;
+    bool verbose = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
+        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) only_dev = argv[++i];
+        else if (strcmp(argv[i], "--verbose") == 0) verbose = true;
+        else path = argv[i];
+    }
+    if (!path) {
+        fprintf(stderr, "usage: conformance GOLDEN [--filter TEXT] [--device NAME] [--verbose]\n");
+        return 2;
+    }
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "conformance: cannot open %s\n", path);
+        return 2;
+    }
+    em_device devs[64];
+    size_t ndev = 0;
+    if (em_devices(devs, 64, &ndev) != EM_OK) return 2;
+    if (ndev > 64) ndev = 64;
+    printf("conformance: devices:");
+    for (size_t d = 0; d < ndev; d++) {
+        char nm[64];
+        em_device_name(devs[d], nm, sizeof nm);
+        printf(" %s", nm);
+    }
+    printf("\n");
+    em_device ref = {EM_BACKEND_REF, 0, false, EM_CKPT_NONE};
+
+    long passed = 0, failed = 0, cases = 0;
+    long per_dev_pass[64] = {0};
+    char *line;
+    conf_case *c = calloc(1, sizeof *c);
+    if (!c) return 2;
+    int lineno = 0;
+    bool in_case = false;
+    while ((line = read_line(f)) != NULL) {
+        lineno++;
+        if (line[0] == '#' || line[0] == '\0') {
+            free(line);
+            continue;
+        }
+        if (strncmp(line, "case ", 5) == 0) {
+            memset(c, 0, sizeof *c);
+            snprintf(c->name, sizeof c->name, "%s", line + 5);
+            in_case = true;
+        } else if (strcmp(line, "end") == 0 && in_case) {
+            in_case = false;
+            if (filter && !strstr(c->name, filter)) {
+                free_case(c);
+                free(line);
+                continue;
+            }
+            cases++;
+            conf_fn fn = find_op(c->op);
+            run_result ref_r;
+            char msg[512];
+            bool ok;
+            if (!fn) {
+                printf("FAIL %s [all]: no wrapper for op '%s'\n", c->name, c->op);
+                failed++;
+                free_case(c);
+                free(line);
+                continue;
+            }
+            /* 1. ref against the golden outputs */
+            ok = run_on(c, fn, ref, &ref_r, msg, sizeof msg) &&
+                 check(c, &ref_r, c->out, c->nout, msg, sizeof msg);
+            if (!only_dev || strcmp(only_dev, "ref") == 0) {
+                if (ok) {
+                    passed++;
+                    per_dev_pass[0]++;
+                    if (verbose) printf("ok   %s [ref]\n", c->name);
+                } else {
+                    printf("FAIL %s [ref vs golden]: %s\n", c->name, msg);
+                    failed++;
+                }
+            }
+            /* 2. every other device against ref */
+            for (size_t d = 0; d < ndev; d++) {
+                if (em_device_equal(devs[d], ref)) continue;
+                char nm[64];
+                em_device_name(devs[d], nm, sizeof nm);
+                if (only_dev && strcmp(only_dev, nm) != 0) continue;
+                run_result r;
+                bool dok = run_on(c, fn, devs[d], &r, msg, sizeof msg) &&
+                           check(c, &r, ref_r.out, ref_r.nout, msg, sizeof msg);
+                if (dok) {
+                    passed++;
+                    per_dev_pass[d]++;
+                } else {
+                    printf("FAIL %s [%s vs ref]: %s\n", c->name, nm, msg);
+                    failed++;
+                }
+                free_result(&r);
+            }
+            free_result(&ref_r);
+            free_case(c);
+        } else if (in_case) {
+            if (parse_case_line(c, line) != 0) {
+                fprintf(stderr, "conformance: %s:%d: cannot parse this line\n", path, lineno);
+                free(line);
+                free_case(c);
+                free(c);
+                fclose(f);
+                return 2;
+            }
+        }
+        free(line);
+    }
+    free(c);
+    fclose(f);
+    printf("conformance: %ld cases on %zu device(s)\n", cases, ndev);
+    printf("%ld passed, %ld failed\n", passed, failed);
+    return failed == 0 && cases > 0 ? 0 : 1;
+}
