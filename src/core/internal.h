@@ -8,6 +8,7 @@
 
 #include <stdatomic.h>
 #include <stdarg.h>
+#include <string.h>
 
 #include "ember/backend.h"
 #include "ember/ember.h"
@@ -53,26 +54,64 @@ em_status emi_vfail(em_status s, const char *fmt, va_list ap);
 
 /* ---- argument checks: each returns EM_OK or fails with "<fn>: ..." ---- */
 
+/* The checks on an op's hot path are inline; their failure paths are not. */
+em_status emi_fail_null(const char *fn, const char *what);
+em_status emi_fail_kind(const char *fn, const char *want, const em_tensor *t);
+em_status emi_fail_devices(const char *fn, const em_tensor *a, const em_tensor *b);
+em_status emi_fail_dtypes(const char *fn, const em_tensor *a, const em_tensor *b);
+
+/** The kind of a valid dtype (table lookup). */
+static inline em_kind emi_kind(em_dtype dt) {
+    static const em_kind k[EM_DTYPE_COUNT] = {
+        EM_KIND_FLOAT, EM_KIND_FLOAT, EM_KIND_FLOAT, EM_KIND_FLOAT, EM_KIND_INT,       EM_KIND_INT,
+        EM_KIND_INT,   EM_KIND_INT,   EM_KIND_INT,   EM_KIND_BOOL,  EM_KIND_QUANTIZED, EM_KIND_QUANTIZED};
+    return k[dt];
+}
+
 /** t != NULL ("<fn>: <what> is NULL"). */
-em_status emi_check_tensor(const char *fn, const char *what, const em_tensor *t);
+static inline em_status emi_check_tensor(const char *fn, const char *what, const em_tensor *t) {
+    return t ? EM_OK : emi_fail_null(fn, what);
+}
 /** out != NULL. */
-em_status emi_check_out(const char *fn, const void *out);
+static inline em_status emi_check_out(const char *fn, const void *out) {
+    return out ? EM_OK : emi_fail_null(fn, "out");
+}
 /** t's kind is float: "<fn>: expected a float tensor, got int (i64)". */
-em_status emi_check_float(const char *fn, const em_tensor *t);
+static inline em_status emi_check_float(const char *fn, const em_tensor *t) {
+    return emi_kind(t->dtype) == EM_KIND_FLOAT ? EM_OK : emi_fail_kind(fn, "a float", t);
+}
 /** t's kind is float or int. */
-em_status emi_check_numeric(const char *fn, const em_tensor *t);
+static inline em_status emi_check_numeric(const char *fn, const em_tensor *t) {
+    em_kind k = emi_kind(t->dtype);
+    return (k == EM_KIND_FLOAT || k == EM_KIND_INT) ? EM_OK
+                                                    : emi_fail_kind(fn, "a float or int", t);
+}
 /** t's kind is bool. */
-em_status emi_check_bool(const char *fn, const em_tensor *t);
+static inline em_status emi_check_bool(const char *fn, const em_tensor *t) {
+    return emi_kind(t->dtype) == EM_KIND_BOOL ? EM_OK : emi_fail_kind(fn, "a bool", t);
+}
 /** t's kind is int (EM_I64/I32/I16/I8/U8). */
-em_status emi_check_int(const char *fn, const em_tensor *t);
+static inline em_status emi_check_int(const char *fn, const em_tensor *t) {
+    return emi_kind(t->dtype) == EM_KIND_INT ? EM_OK : emi_fail_kind(fn, "an int", t);
+}
+/** a and b are on one device ("<fn>: tensors are on different devices: ref and cpu:0"). */
+static inline em_status emi_check_same_device(const char *fn, const em_tensor *a,
+                                              const em_tensor *b) {
+    if (a->dev.backend == b->dev.backend && a->dev.index == b->dev.index &&
+        a->dev.autodiff == b->dev.autodiff &&
+        (!a->dev.autodiff || a->dev.checkpointing == b->dev.checkpointing))
+        return EM_OK;
+    return emi_fail_devices(fn, a, b);
+}
+/** a and b have one dtype ("<fn>: dtypes differ: f32 and f64"). */
+static inline em_status emi_check_same_dtype(const char *fn, const em_tensor *a,
+                                             const em_tensor *b) {
+    return a->dtype == b->dtype ? EM_OK : emi_fail_dtypes(fn, a, b);
+}
 /** t's dtype is EM_I64 or EM_I32 (index tensors). */
 em_status emi_check_index(const char *fn, const em_tensor *t);
 /** t is not quantized ("<fn>: quantized tensors (q8) are not supported; dequantize first"). */
 em_status emi_check_not_quantized(const char *fn, const em_tensor *t);
-/** a and b are on one device ("<fn>: tensors are on different devices: ref and cpu:0"). */
-em_status emi_check_same_device(const char *fn, const em_tensor *a, const em_tensor *b);
-/** a and b have one dtype ("<fn>: dtypes differ: f32 and f64"). */
-em_status emi_check_same_dtype(const char *fn, const em_tensor *a, const em_tensor *b);
 /** Normalizes dim for a tensor of `rank` (rank 0 accepts dims 0 and -1 only when allow0d).
  *  "<fn>: dim 5 out of range for rank 2". */
 em_status emi_norm_dim(const char *fn, int dim, int rank, int *out);
@@ -85,7 +124,11 @@ em_status emi_check_shape(const char *fn, const int64_t *shape, int rank, int64_
 em_status emi_broadcast_shapes(const char *fn, const int64_t *a, int ra, const int64_t *b,
                                int rb, int64_t *out, int *rout);
 /** The product of dims (0-d: 1). Assumes a checked shape. */
-int64_t emi_numel(const int64_t *shape, int rank);
+static inline int64_t emi_numel(const int64_t *shape, int rank) {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= shape[i];
+    return n;
+}
 /** Row-major strides of a shape. */
 void emi_contiguous_strides(const int64_t *shape, int rank, int64_t *strides);
 /** True when v is row-major without gaps (size-1 dims may have any stride). */
@@ -97,12 +140,30 @@ const char *emi_shape_str(const int64_t *shape, int rank, char *buf, size_t cap)
 
 /** The ops table and context of a device (EM_ERR_DEVICE if it is absent). The autodiff flag
  *  is ignored: an autodiff device routes to its inner backend. */
-em_status emi_backend(em_device dev, const em_backend_ops **ops, void **ctx);
+#define EMI_MAX_DEVICES 64
+extern _Atomic(const em_backend_ops *) emi_backends[EM_BACKEND_MAX];
+extern _Atomic(void *) emi_ctxs[EM_BACKEND_MAX][EMI_MAX_DEVICES];
+em_status emi_backend_slow(em_device dev, const em_backend_ops **ops, void **ctx);
+static inline em_status emi_backend(em_device dev, const em_backend_ops **ops, void **ctx) {
+    if ((unsigned)dev.backend < EM_BACKEND_MAX && (unsigned)dev.index < EMI_MAX_DEVICES) {
+        void *c = atomic_load_explicit(&emi_ctxs[dev.backend][dev.index], memory_order_acquire);
+        if (c) { /* open, hence present */
+            *ops = atomic_load_explicit(&emi_backends[dev.backend], memory_order_relaxed);
+            *ctx = c;
+            return EM_OK;
+        }
+    }
+    return emi_backend_slow(dev, ops, ctx);
+}
 
 /** Fails with EM_ERR_UNSUPPORTED "<fn>: the <backend> backend does not implement <slot>"
  *  when slot is NULL. Use: EMI_TRY(emi_need(fn, t->st->ops, t->st->ops->unary != NULL,
  *  "unary")). */
-em_status emi_need(const char *fn, const em_backend_ops *ops, bool present, const char *slot);
+em_status emi_fail_need(const char *fn, const em_backend_ops *ops, const char *slot);
+static inline em_status emi_need(const char *fn, const em_backend_ops *ops, bool present,
+                                 const char *slot) {
+    return present ? EM_OK : emi_fail_need(fn, ops, slot);
+}
 
 /** A new contiguous tensor of the given dtype/shape on dev, with uninitialized contents.
  *  The tensor is untracked (ckpt NONE); ops set tracking through emi_finish. */
@@ -118,6 +179,33 @@ em_status emi_view_tensor(const em_tensor *base, const int64_t *shape, const int
  *  broadcast. */
 em_view emi_broadcast_view(const em_tensor *t, const int64_t *shape, int rank);
 
+/** The view through which a kernel reads t as an operand of an op whose output has `shape`:
+ *  t's own view when it needs neither broadcasting nor a copy (no struct copied), otherwise
+ *  one built in *scratch (broadcast with stride 0), from a contiguous copy in *tmp when the
+ *  backend does not take strided inputs. *tmp is NULL when no copy was made; release it after
+ *  the kernel. */
+/** True when two shapes are equal. */
+static inline bool emi_same_shape(const int64_t *a, int ra, const int64_t *b, int rb) {
+    if (ra != rb) return false;
+    for (int i = 0; i < ra; i++)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+em_status emi_operand_slow(const char *fn, const em_tensor *t, const int64_t *shape, int rank,
+                           em_view *scratch, const em_view **v, em_tensor **tmp);
+bool emi_view_is_contiguous(const em_view *v);
+static inline em_status emi_operand(const char *fn, const em_tensor *t, const int64_t *shape,
+                                    int rank, em_view *scratch, const em_view **v,
+                                    em_tensor **tmp) {
+    if (emi_same_shape(t->v.shape, t->v.rank, shape, rank) &&
+        ((t->st->ops->caps & EM_CAP_STRIDED_INPUTS) || emi_view_is_contiguous(&t->v))) {
+        *tmp = NULL;
+        *v = &t->v;
+        return EM_OK;
+    }
+    return emi_operand_slow(fn, t, shape, rank, scratch, v, tmp);
+}
+
 /** A view of t the backend can read: t's own view if the backend takes strided inputs or t is
  *  contiguous; otherwise a contiguous copy is made into *tmp (release it after the kernel).
  *  *tmp is NULL when no copy was needed. */
@@ -125,13 +213,19 @@ em_status emi_input_view(const char *fn, const em_tensor *t, em_view *v, em_tens
 
 /** The device an op's output lives on given its inputs: the first input's device; the
  *  autodiff layer (issue 3) extends this to strategy promotion. */
-em_device emi_result_device(const em_tensor *const *ins, int n);
+static inline em_device emi_result_device(const em_tensor *const *ins, int n) {
+    (void)n;
+    return ins[0]->dev;
+}
 
 /** Reads t's whole contents into a malloc'd row-major host buffer (caller frees). */
 em_status emi_read_all(const em_tensor *t, void **data, size_t *bytes);
 
 /** A strided copy of src's elements into dst (same shape), converting dtype. */
 em_status emi_copy_into(const char *fn, em_tensor *dst, const em_tensor *src);
+
+/** Prefixes this thread's message with "fn: " and returns s. */
+em_status emi_fail_prefixed(em_status s, const char *fn);
 
 /** Thread-safe retain / release of storage. */
 void emi_storage_release(emi_storage *st);

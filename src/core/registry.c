@@ -7,26 +7,21 @@
 
 extern const em_backend_ops em_ref_backend_ops;
 
-#define EMI_MAX_DEVICES 64
 
-static pthread_once_t emi_reg_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t emi_reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic(const em_backend_ops *) emi_backends[EM_BACKEND_MAX];
-static _Atomic(void *) emi_ctxs[EM_BACKEND_MAX][EMI_MAX_DEVICES];
-
-static void emi_reg_init(void) {
-    atomic_store(&emi_backends[EM_BACKEND_REF], &em_ref_backend_ops);
-}
+/* Built-in backends are in the table from the start; others arrive by em_backend_register. */
+_Atomic(const em_backend_ops *) emi_backends[EM_BACKEND_MAX] = {
+    [EM_BACKEND_REF] = &em_ref_backend_ops,
+};
+_Atomic(void *) emi_ctxs[EM_BACKEND_MAX][EMI_MAX_DEVICES];
 
 const em_backend_ops *em_backend_get(em_backend b) {
     if ((int)b < 0 || (int)b >= EM_BACKEND_MAX) return NULL;
-    pthread_once(&emi_reg_once, emi_reg_init);
     return atomic_load_explicit(&emi_backends[b], memory_order_acquire);
 }
 
 em_status em_backend_register(const em_backend_ops *ops) {
     static const char fn[] = "em_backend_register";
-    pthread_once(&emi_reg_once, emi_reg_init);
     if (!ops) return emi_fail(EM_ERR_ARG, "%s: ops is NULL", fn);
     if (ops->abi_version != EM_BACKEND_ABI_VERSION)
         return emi_fail(EM_ERR_ARG, "%s: ABI version %u, this library speaks %u", fn,
@@ -53,13 +48,16 @@ em_status em_backend_register(const em_backend_ops *ops) {
     return s;
 }
 
-em_status emi_backend(em_device dev, const em_backend_ops **ops, void **ctx) {
+em_status emi_backend_slow(em_device dev, const em_backend_ops **ops, void **ctx) {
     const em_backend_ops *o = em_backend_get(dev.backend);
     if (!o) return emi_fail(EM_ERR_DEVICE, "backend %d is not in this build", (int)dev.backend);
-    if (dev.index < 0 || dev.index >= EMI_MAX_DEVICES || dev.index >= o->device_count())
+    if (dev.index < 0 || dev.index >= EMI_MAX_DEVICES)
         return emi_fail(EM_ERR_DEVICE, "device %s:%d is not present", o->name, dev.index);
+    /* A device whose context is open is present: the fast path. */
     void *c = atomic_load_explicit(&emi_ctxs[dev.backend][dev.index], memory_order_acquire);
     if (!c) {
+        if (dev.index >= o->device_count())
+            return emi_fail(EM_ERR_DEVICE, "device %s:%d is not present", o->name, dev.index);
         pthread_mutex_lock(&emi_reg_lock);
         c = atomic_load(&emi_ctxs[dev.backend][dev.index]);
         em_status s = EM_OK;
@@ -75,8 +73,7 @@ em_status emi_backend(em_device dev, const em_backend_ops **ops, void **ctx) {
     return EM_OK;
 }
 
-em_status emi_need(const char *fn, const em_backend_ops *ops, bool present, const char *slot) {
-    if (present) return EM_OK;
+em_status emi_fail_need(const char *fn, const em_backend_ops *ops, const char *slot) {
     return emi_fail(EM_ERR_UNSUPPORTED, "%s: the %s backend does not implement %s", fn, ops->name,
                     slot);
 }

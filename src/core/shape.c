@@ -14,12 +14,6 @@ const char *emi_shape_str(const int64_t *shape, int rank, char *buf, size_t cap)
     return buf;
 }
 
-int64_t emi_numel(const int64_t *shape, int rank) {
-    int64_t n = 1;
-    for (int i = 0; i < rank; i++) n *= shape[i];
-    return n;
-}
-
 void emi_contiguous_strides(const int64_t *shape, int rank, int64_t *strides) {
     int64_t s = 1;
     for (int i = rank - 1; i >= 0; i--) {
@@ -46,7 +40,7 @@ em_status emi_check_shape(const char *fn, const int64_t *shape, int rank, int64_
     bool zero = false;
     for (int i = 0; i < rank; i++) {
         if (shape[i] < 0)
-            return emi_fail(EM_ERR_SHAPE, "%s: dim %d is negative (%lld)", fn, i,
+            return emi_fail(EM_ERR_ARG, "%s: dim %d is negative (%lld)", fn, i,
                             (long long)shape[i]);
         if (shape[i] == 0) zero = true;
     }
@@ -54,9 +48,8 @@ em_status emi_check_shape(const char *fn, const int64_t *shape, int rank, int64_
      * such a shape cannot be strided without overflow either. */
     for (int i = 0; i < rank; i++) {
         int64_t d = shape[i] ? shape[i] : 1;
-        if (n > (INT64_MAX / 16) / d)
+        if (__builtin_mul_overflow(n, d, &n) || n > INT64_MAX / 16)
             return emi_fail(EM_ERR_SHAPE, "%s: shape overflows (too many elements)", fn);
-        n *= d;
     }
     if (numel) *numel = zero ? 0 : n;
     return EM_OK;
@@ -64,6 +57,11 @@ em_status emi_check_shape(const char *fn, const int64_t *shape, int rank, int64_
 
 em_status emi_broadcast_shapes(const char *fn, const int64_t *a, int ra, const int64_t *b,
                                int rb, int64_t *out, int *rout) {
+    if (emi_same_shape(a, ra, b, rb)) {
+        for (int i = 0; i < ra; i++) out[i] = a[i];
+        *rout = ra;
+        return EM_OK;
+    }
     int r = ra > rb ? ra : rb;
     int64_t tmp[EM_MAX_RANK];
     for (int i = 0; i < r; i++) {
@@ -90,39 +88,27 @@ em_status emi_norm_dim(const char *fn, int dim, int rank, int *out) {
     return EM_OK;
 }
 
-/* ---- checks ---- */
+/* ---- checks: the failure paths of the inline checks in internal.h ---- */
 
-em_status emi_check_tensor(const char *fn, const char *what, const em_tensor *t) {
-    if (!t) return emi_fail(EM_ERR_ARG, "%s: %s is NULL", fn, what);
-    return EM_OK;
+em_status emi_fail_null(const char *fn, const char *what) {
+    return emi_fail(EM_ERR_ARG, "%s: %s is NULL", fn, what);
 }
 
-em_status emi_check_out(const char *fn, const void *out) {
-    if (!out) return emi_fail(EM_ERR_ARG, "%s: out is NULL", fn);
-    return EM_OK;
-}
-
-static em_status emi_kind_fail(const char *fn, const char *want, const em_tensor *t) {
+em_status emi_fail_kind(const char *fn, const char *want, const em_tensor *t) {
     return emi_fail(EM_ERR_DTYPE, "%s: expected %s tensor, got %s (%s)", fn, want,
                     em_kind_name(em_dtype_kind(t->dtype)), em_dtype_name(t->dtype));
 }
 
-em_status emi_check_float(const char *fn, const em_tensor *t) {
-    return em_dtype_kind(t->dtype) == EM_KIND_FLOAT ? EM_OK : emi_kind_fail(fn, "a float", t);
+em_status emi_fail_devices(const char *fn, const em_tensor *a, const em_tensor *b) {
+    char na[64] = "?", nb[64] = "?";
+    em_device_name(a->dev, na, sizeof na);
+    em_device_name(b->dev, nb, sizeof nb);
+    return emi_fail(EM_ERR_DEVICE, "%s: tensors are on different devices: %s and %s", fn, na, nb);
 }
 
-em_status emi_check_numeric(const char *fn, const em_tensor *t) {
-    em_kind k = em_dtype_kind(t->dtype);
-    return (k == EM_KIND_FLOAT || k == EM_KIND_INT) ? EM_OK
-                                                    : emi_kind_fail(fn, "a float or int", t);
-}
-
-em_status emi_check_bool(const char *fn, const em_tensor *t) {
-    return em_dtype_kind(t->dtype) == EM_KIND_BOOL ? EM_OK : emi_kind_fail(fn, "a bool", t);
-}
-
-em_status emi_check_int(const char *fn, const em_tensor *t) {
-    return em_dtype_kind(t->dtype) == EM_KIND_INT ? EM_OK : emi_kind_fail(fn, "an int", t);
+em_status emi_fail_dtypes(const char *fn, const em_tensor *a, const em_tensor *b) {
+    return emi_fail(EM_ERR_DTYPE, "%s: dtypes differ: %s and %s", fn, em_dtype_name(a->dtype),
+                    em_dtype_name(b->dtype));
 }
 
 em_status emi_check_index(const char *fn, const em_tensor *t) {
@@ -137,16 +123,3 @@ em_status emi_check_not_quantized(const char *fn, const em_tensor *t) {
                     fn, em_dtype_name(t->dtype));
 }
 
-em_status emi_check_same_device(const char *fn, const em_tensor *a, const em_tensor *b) {
-    if (em_device_equal(a->dev, b->dev)) return EM_OK;
-    char na[64] = "?", nb[64] = "?";
-    em_device_name(a->dev, na, sizeof na);
-    em_device_name(b->dev, nb, sizeof nb);
-    return emi_fail(EM_ERR_DEVICE, "%s: tensors are on different devices: %s and %s", fn, na, nb);
-}
-
-em_status emi_check_same_dtype(const char *fn, const em_tensor *a, const em_tensor *b) {
-    if (a->dtype == b->dtype) return EM_OK;
-    return emi_fail(EM_ERR_DTYPE, "%s: dtypes differ: %s and %s", fn, em_dtype_name(a->dtype),
-                    em_dtype_name(b->dtype));
-}

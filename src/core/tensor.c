@@ -1,25 +1,109 @@
 /* tensor.c — the reference-counted tensor handle: allocation, views, lifetime, metadata. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
 
-/* A fresh tensor and its storage are one allocation; a view is a tensor alone that shares
- * another's storage. The block is freed when both its tensor and its storage are gone:
- * the storage's `owner` flag says whether its block also holds a live tensor. */
+/* A fresh tensor and its storage are one allocation (a block); a view is a tensor alone that
+ * shares another's storage. The block is freed when both its tensor and its storage are gone:
+ * `live` counts which of the two still stand.
+ *
+ * Freed blocks go to a small per-thread cache, so that the tiny-op path (one tensor created
+ * and released per op) costs no malloc. A block whose tensor owned a tiny buffer (at most
+ * EMI_TINY_BYTES) keeps that buffer, still allocated from its backend, and the next tensor of
+ * the same device and a size that fits takes both: a tiny op then allocates nothing at all.
+ * The cache is emptied (buffers handed back to their backends) when its thread exits. */
 typedef struct emi_block {
     struct em_tensor t;
     emi_storage st;
     atomic_int live; /* 2 while both tensor and storage live, then 1, then free */
+    struct emi_block *next_free;
+    size_t cap; /* in the cache: bytes of the retained buffer st.buf (NULL: none) */
 } emi_block;
 
+#define EMI_BLOCK_CACHE 32
+#define EMI_TINY_BYTES 256
+
+typedef struct emi_block_cache {
+    emi_block *head;
+    int n;
+    bool registered; /* the thread-exit drain is set up */
+} emi_block_cache;
+
+static _Thread_local emi_block_cache emi_cache;
+static pthread_key_t emi_cache_key;
+static pthread_once_t emi_cache_once = PTHREAD_ONCE_INIT;
+
+static void emi_block_destroy(emi_block *b) {
+    if (b->st.buf) b->st.ops->free(b->st.ctx, b->st.buf);
+    free(b);
+}
+
+static void emi_cache_drain(void *unused) {
+    (void)unused;
+    while (emi_cache.head) {
+        emi_block *b = emi_cache.head;
+        emi_cache.head = b->next_free;
+        emi_block_destroy(b);
+    }
+    emi_cache.n = 0;
+}
+
+static void emi_cache_key_init(void) { pthread_key_create(&emi_cache_key, emi_cache_drain); }
+
+/* A block for a new tensor of `bytes` on (ops, ctx); *buf gets a retained buffer that fits,
+ * or NULL. */
+static emi_block *emi_block_alloc(const em_backend_ops *ops, void *ctx, size_t bytes,
+                                  void **buf) {
+    *buf = NULL;
+    emi_block *b = emi_cache.head;
+    if (!b) return malloc(sizeof(emi_block));
+    emi_cache.head = b->next_free;
+    emi_cache.n--;
+    if (b->st.buf) {
+        if (b->st.ops == ops && b->st.ctx == ctx && bytes <= b->cap) *buf = b->st.buf;
+        else b->st.ops->free(b->st.ctx, b->st.buf);
+    }
+    return b;
+}
+
+/* Puts a block in this thread's cache (keeping buf, a buffer of cap bytes of the block's
+ * storage, or NULL), or frees it when the cache is full. */
+static void emi_block_cache_put(emi_block *b, void *buf, size_t cap) {
+    b->st.buf = buf;
+    b->cap = cap;
+    if (emi_cache.n < EMI_BLOCK_CACHE) {
+        if (!emi_cache.registered) {
+            /* First use on this thread: make sure the cache is drained at thread exit. */
+            pthread_once(&emi_cache_once, emi_cache_key_init);
+            pthread_setspecific(emi_cache_key, &emi_cache);
+            emi_cache.registered = true;
+        }
+        b->next_free = emi_cache.head;
+        emi_cache.head = b;
+        emi_cache.n++;
+        return;
+    }
+    emi_block_destroy(b);
+}
+
+static void emi_block_free(emi_block *b) { emi_block_cache_put(b, NULL, 0); }
+
+/* Decrements an atomic count and says whether it reached zero. A holder of the only
+ * reference can skip the locked instruction: nobody else can be changing the count. */
+static inline bool emi_dec_is_last(atomic_int *c) {
+    if (atomic_load_explicit(c, memory_order_acquire) == 1) return true;
+    return atomic_fetch_sub_explicit(c, 1, memory_order_acq_rel) == 1;
+}
+
 static void emi_block_drop(emi_block *b) {
-    if (atomic_fetch_sub_explicit(&b->live, 1, memory_order_acq_rel) == 1) free(b);
+    if (emi_dec_is_last(&b->live)) emi_block_free(b);
 }
 
 void emi_storage_release(emi_storage *st) {
     if (!st) return;
-    if (atomic_fetch_sub_explicit(&st->refs, 1, memory_order_acq_rel) != 1) return;
+    if (!emi_dec_is_last(&st->refs)) return;
     if (st->buf) st->ops->free(st->ctx, st->buf);
     emi_block_drop((emi_block *)((char *)st - offsetof(emi_block, st)));
 }
@@ -33,11 +117,21 @@ void emi_ad_release(em_tensor *t) __attribute__((weak));
 
 void em_tensor_release(em_tensor *t) {
     if (!t) return;
-    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
+    if (!emi_dec_is_last(&t->refs)) return;
     if (t->ad && emi_ad_release) emi_ad_release(t);
     emi_storage *st = t->st;
     emi_block *own = (emi_block *)((char *)st - offsetof(emi_block, st));
     if (&own->t == t) {
+        if (atomic_load_explicit(&st->refs, memory_order_acquire) == 1) {
+            /* No view shares the storage: tensor, storage and block go together. */
+            if (st->bytes <= EMI_TINY_BYTES) {
+                emi_block_cache_put(own, st->buf, st->bytes ? st->bytes : 1);
+                return;
+            }
+            st->ops->free(st->ctx, st->buf);
+            emi_block_free(own);
+            return;
+        }
         emi_storage_release(st);
         emi_block_drop(own);
     } else {
@@ -46,27 +140,38 @@ void em_tensor_release(em_tensor *t) {
     }
 }
 
+/* Prefixes this thread's message with "fn: " and returns s. */
+__attribute__((noinline)) em_status emi_fail_prefixed(em_status s, const char *fn) {
+    char msg[512];
+    strncpy(msg, em_last_error(), sizeof msg - 1);
+    msg[sizeof msg - 1] = '\0';
+    return emi_fail(s, "%s: %s", fn, msg);
+}
+
 em_status emi_empty(const char *fn, em_device dev, em_dtype dt, const int64_t *shape, int rank,
                     em_tensor **out) {
-    int64_t numel;
-    EMI_TRY(emi_check_shape(fn, shape, rank, &numel));
+    /* The shape was checked by the caller or derives from checked ones: a cheap re-check,
+     * with the full one (and its message) only when something is off. */
+    int64_t numel = 1, bound = 1;
+    bool ok = rank >= 0 && rank <= EM_MAX_RANK && (rank == 0 || shape);
+    for (int i = 0; ok && i < rank; i++) {
+        int64_t d = shape[i];
+        ok = d >= 0 && !__builtin_mul_overflow(bound, d ? d : 1, &bound);
+        numel *= d;
+    }
+    if (!ok || bound > INT64_MAX / 16) EMI_TRY(emi_check_shape(fn, shape, rank, &numel));
     const em_backend_ops *ops;
     void *ctx;
     em_status s = emi_backend(dev, &ops, &ctx);
-    if (s != EM_OK) {
-        char msg[512];
-        strncpy(msg, em_last_error(), sizeof msg - 1);
-        msg[sizeof msg - 1] = '\0';
-        return emi_fail(s, "%s: %s", fn, msg);
-    }
-    emi_block *b = malloc(sizeof *b);
-    if (!b) return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    if (s != EM_OK) return emi_fail_prefixed(s, fn);
     size_t bytes = (size_t)numel * em_dtype_size(dt);
-    void *buf = NULL;
+    void *buf;
+    emi_block *b = emi_block_alloc(ops, ctx, bytes ? bytes : 1, &buf);
+    if (!b) return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
     /* Every tensor gets a buffer, even an empty one, so backends never see NULL. */
-    s = ops->alloc(ctx, bytes ? bytes : 1, &buf);
+    if (!buf) s = ops->alloc(ctx, bytes ? bytes : 1, &buf);
     if (s != EM_OK) {
-        free(b);
+        emi_block_free(b);
         return s == EM_ERR_NOMEM
                    ? emi_fail(s, "%s: out of memory allocating %zu bytes on %s", fn, bytes, ops->name)
                    : s;
@@ -84,7 +189,11 @@ em_status emi_empty(const char *fn, em_device dev, em_dtype dt, const int64_t *s
     t->v.dtype = dt;
     t->v.rank = rank;
     for (int i = 0; i < rank; i++) t->v.shape[i] = shape[i];
-    emi_contiguous_strides(shape, rank, t->v.strides);
+    int64_t stride = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        t->v.strides[i] = stride;
+        stride *= shape[i] > 1 ? shape[i] : 1;
+    }
     t->v.offset = 0;
     t->dtype = dt;
     memset(&t->scheme, 0, sizeof t->scheme);
@@ -124,6 +233,34 @@ em_view emi_broadcast_view(const em_tensor *t, const int64_t *shape, int rank) {
     return v;
 }
 
+em_status emi_operand_slow(const char *fn, const em_tensor *t, const int64_t *shape, int rank,
+                      em_view *scratch, const em_view **v, em_tensor **tmp) {
+    *tmp = NULL;
+    const em_tensor *src = t;
+    if (!(t->st->ops->caps & EM_CAP_STRIDED_INPUTS) && !emi_view_is_contiguous(&t->v)) {
+        em_view unused;
+        EMI_TRY(emi_input_view(fn, t, &unused, tmp));
+        src = *tmp;
+    }
+    bool same = src->v.rank == rank;
+    for (int i = 0; same && i < rank; i++) same = src->v.shape[i] == shape[i];
+    if (same) {
+        *v = &src->v;
+        return EM_OK;
+    }
+    scratch->buf = src->v.buf;
+    scratch->dtype = src->v.dtype;
+    scratch->offset = src->v.offset;
+    scratch->rank = rank;
+    for (int i = 0; i < rank; i++) {
+        int j = src->v.rank - rank + i;
+        scratch->shape[i] = shape[i];
+        scratch->strides[i] = (j >= 0 && src->v.shape[j] == shape[i]) ? src->v.strides[j] : 0;
+    }
+    *v = scratch;
+    return EM_OK;
+}
+
 em_status emi_input_view(const char *fn, const em_tensor *t, em_view *v, em_tensor **tmp) {
     *tmp = NULL;
     if ((t->st->ops->caps & EM_CAP_STRIDED_INPUTS) || emi_view_is_contiguous(&t->v)) {
@@ -141,10 +278,6 @@ em_status emi_input_view(const char *fn, const em_tensor *t, em_view *v, em_tens
     *v = c->v;
     *tmp = c;
     return EM_OK;
-}
-
-em_device emi_result_device(const em_tensor *const *ins, int n) {
-    return n > 0 && ins[0] ? ins[0]->dev : em_device_default();
 }
 
 em_status emi_copy_into(const char *fn, em_tensor *dst, const em_tensor *src) {

@@ -115,9 +115,9 @@ em_status em_tensor_item(const em_tensor *t, double *out) {
     return EM_OK;
 }
 
-em_status em_full(const int64_t *shape, int rank, double value, em_dtype dt, em_device dev,
-                  em_tensor **out) {
-    static const char fn[] = "em_full";
+/* em_full under the name fn (em_zeros and em_ones report their own names). */
+static em_status emi_full(const char *fn, const int64_t *shape, int rank, double value,
+                          em_dtype dt, em_device dev, em_tensor **out) {
     EMI_TRY(emi_check_out(fn, out));
     EMI_TRY(emi_check_plain_dtype(fn, dt));
     EMI_TRY(emi_check_shape(fn, shape, rank, NULL));
@@ -136,19 +136,24 @@ em_status em_full(const int64_t *shape, int rank, double value, em_dtype dt, em_
     return EM_OK;
 }
 
+em_status em_full(const int64_t *shape, int rank, double value, em_dtype dt, em_device dev,
+                  em_tensor **out) {
+    return emi_full("em_full", shape, rank, value, dt, dev, out);
+}
+
 em_status em_zeros(const int64_t *shape, int rank, em_dtype dt, em_device dev, em_tensor **out) {
-    return em_full(shape, rank, 0.0, dt, dev, out);
+    return emi_full("em_zeros", shape, rank, 0.0, dt, dev, out);
 }
 
 em_status em_ones(const int64_t *shape, int rank, em_dtype dt, em_device dev, em_tensor **out) {
-    return em_full(shape, rank, 1.0, dt, dev, out);
+    return emi_full("em_ones", shape, rank, 1.0, dt, dev, out);
 }
 
 em_status em_full_like(const em_tensor *x, double value, em_tensor **out) {
     static const char fn[] = "em_full_like";
     EMI_TRY(emi_check_tensor(fn, "x", x));
     EMI_TRY(emi_check_not_quantized(fn, x));
-    return em_full(x->v.shape, x->v.rank, value, x->dtype, x->dev, out);
+    return emi_full(fn, x->v.shape, x->v.rank, value, x->dtype, x->dev, out);
 }
 
 em_status em_arange(double start, double stop, double step, em_dtype dt, em_device dev,

@@ -31,13 +31,16 @@ _NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": np.float
 
 def round_bf16(x):
     """Rounds float values to bfloat16 (nearest even), returned as float32."""
-    a = np.asarray(x, dtype=np.float32).copy()
+    a = np.asarray(x, dtype=np.float32)
+    shape = a.shape
+    a = a.reshape(-1).copy()
     bits = a.view(np.uint32).astype(np.uint64)
     nan = np.isnan(a)
-    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-    out = (bits & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
+    bits = ((bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1)))
+            >> np.uint64(16)) << np.uint64(16)
+    out = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.float32)
     out = np.where(nan, np.float32(np.nan), out)
-    return out
+    return out.reshape(shape)
 
 
 def to_dtype(values, dt):

@@ -1,0 +1,93 @@
+/*
+ * softmax.c — the shape-keeping ops along one dim: cumsum, softmax, log_softmax.
+ *
+ * Each routes to its backend slot with a dim in [0, rank); a 0-d input (which takes dim 0 or
+ * -1, like PyTorch) is handed to the kernel as a one-element 1-d view.
+ */
+#include "core/internal.h"
+
+/** Normalizes dim; a 0-d tensor takes 0 and -1. */
+static em_status along_dim(const char *fn, int dim, int rank, int *d) {
+    if (rank == 0) {
+        if (dim == 0 || dim == -1) {
+            *d = 0;
+            return EM_OK;
+        }
+        return emi_fail(EM_ERR_ARG, "%s: dim %d out of range for rank 0", fn, dim);
+    }
+    return emi_norm_dim(fn, dim, rank, d);
+}
+
+/** v itself, or a one-element 1-d view of it when v is 0-d. */
+static em_view as_1d(const em_view *v) {
+    em_view r = *v;
+    if (r.rank == 0) {
+        r.rank = 1;
+        r.shape[0] = 1;
+        r.strides[0] = 1;
+    }
+    return r;
+}
+
+/** The common path: x checked by the caller; allocates an output of x's shape in dtype odt and
+ *  calls the cumsum (log < 0) or softmax slot. */
+static em_status along(const char *fn, const em_tensor *x, int dim, em_dtype odt, int log_,
+                       em_tensor **out) {
+    int d = 0;
+    EMI_TRY(along_dim(fn, dim, x->v.rank, &d));
+    const em_backend_ops *ops = x->st->ops;
+    if (log_ < 0)
+        EMI_TRY(emi_need(fn, ops, ops->cumsum != NULL, "cumsum"));
+    else
+        EMI_TRY(emi_need(fn, ops, ops->softmax != NULL, "softmax"));
+    em_tensor *o = NULL;
+    EMI_TRY(emi_empty(fn, x->dev, odt, x->v.shape, x->v.rank, &o));
+    if (emi_numel(x->v.shape, x->v.rank) > 0) {
+        em_view iv, iv1, ov1;
+        em_tensor *tmp = NULL;
+        em_status s = emi_input_view(fn, x, &iv, &tmp);
+        if (s == EM_OK) {
+            iv1 = as_1d(&iv);
+            ov1 = as_1d(&o->v);
+            if (log_ < 0)
+                s = ops->cumsum(x->st->ctx, &ov1, &iv1, d);
+            else
+                s = ops->softmax(x->st->ctx, &ov1, &iv1, d, log_ > 0);
+        }
+        em_tensor_release(tmp);
+        if (s != EM_OK) {
+            em_tensor_release(o);
+            return s;
+        }
+    }
+    *out = o;
+    return EM_OK;
+}
+
+/** Running sum along dim (same shape; ints give EM_I64, bool is EM_ERR_DTYPE). */
+em_status em_cumsum(const em_tensor *x, int dim, em_tensor **out) {
+    const char *fn = "em_cumsum";
+    EMI_TRY(emi_check_tensor(fn, "x", x));
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_numeric(fn, x));
+    em_dtype odt = em_dtype_kind(x->dtype) == EM_KIND_INT ? EM_I64 : x->dtype;
+    return along(fn, x, dim, odt, -1, out);
+}
+
+/** exp(x) / sum(exp(x)) along dim, computed stably (floats only). */
+em_status em_softmax(const em_tensor *x, int dim, em_tensor **out) {
+    const char *fn = "em_softmax";
+    EMI_TRY(emi_check_tensor(fn, "x", x));
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_float(fn, x));
+    return along(fn, x, dim, x->dtype, 0, out);
+}
+
+/** x - logsumexp(x) along dim, computed stably (floats only). */
+em_status em_log_softmax(const em_tensor *x, int dim, em_tensor **out) {
+    const char *fn = "em_log_softmax";
+    EMI_TRY(emi_check_tensor(fn, "x", x));
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_float(fn, x));
+    return along(fn, x, dim, x->dtype, 1, out);
+}

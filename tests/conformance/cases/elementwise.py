@@ -1,0 +1,394 @@
+"""Conformance cases of the elementwise family: unary math and activations, binary arithmetic
+(with broadcasting and the *_scalar forms), the consuming `_` variants, comparisons, logical
+ops, clamp, where and masked_fill. References are written with NumPy (math.erf for erf)."""
+import math
+
+import numpy as np
+
+from common import FLOATS, T, case, rnd, rndb, rndi
+
+CASES = []
+_names = set()
+
+
+def add(op, inputs, ref=None, tag=None, **kw):
+    """Appends a case; `tag` makes the name elementwise/<op>/<tag> (checked unique here)."""
+    if tag is not None:
+        name = "elementwise/%s/%s" % (op, tag)
+        assert name not in _names, name
+        _names.add(name)
+        kw["name"] = name
+    CASES.append(case(op, inputs, ref, **kw))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+NAN, INF = float("nan"), float("inf")
+NUM_INTS = ("i64", "i32", "i8", "u8")
+
+# ---- unary, float only: op -> (reference, input generator in the op's domain) ----
+FLOAT_UNARY = {
+    "exp": (np.exp, lambda s: rnd(s, -3, 3)),
+    "log": (np.log, lambda s: rnd(s, 0.05, 5)),
+    "log1p": (np.log1p, lambda s: rnd(s, -0.9, 3)),
+    "sqrt": (np.sqrt, lambda s: rnd(s, 0, 5)),
+    "rsqrt": (lambda x: 1.0 / np.sqrt(x), lambda s: rnd(s, 0.1, 5)),
+    "sin": (np.sin, lambda s: rnd(s, -4, 4)),
+    "cos": (np.cos, lambda s: rnd(s, -4, 4)),
+    "tanh": (np.tanh, lambda s: rnd(s, -3, 3)),
+    "sigmoid": (lambda x: 1.0 / (1.0 + np.exp(-x)), lambda s: rnd(s, -6, 6)),
+    "gelu": (lambda x: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))), lambda s: rnd(s, -3, 3)),
+    "silu": (lambda x: x / (1.0 + np.exp(-x)), lambda s: rnd(s, -5, 5)),
+    "erf": (_erf, lambda s: rnd(s, -2.5, 2.5)),
+    "recip": (lambda x: 1.0 / x, lambda s: rnd(s, 0.2, 4) * np.where(rndb(s), 1, -1)),
+}
+
+for op, (ref, gen) in FLOAT_UNARY.items():
+    for dt in FLOATS:
+        add(op, [T(dt, gen((3, 4)))], ref)
+    # a strided view, a 0-d tensor, an empty one
+    add(op, [T("f32", gen((4, 3)), view=("transpose", 0, 1))], ref, tag="f32-transpose")
+    add(op, [T("f64", gen(()))], ref, tag="f64-0d")
+    add(op, [T("f32", gen((0, 3)))], ref, tag="f32-empty")
+    # ints are refused
+    add(op, [T("i32", rndi((2, 2)))], error="EM_ERR_DTYPE", tag="i32-err")
+
+# special values
+add("exp", [T("f32", [NAN, INF, -INF, 0.0, 100.0])], np.exp, tag="f32-special")
+add("exp", [T("f16", [12.0, -20.0, 0.5])], np.exp, tag="f16-overflow")
+add("log", [T("f64", [0.0, -1.0, INF, NAN, 1.0])], np.log, tag="f64-special")
+add("sqrt", [T("f32", [-1.0, 0.0, INF, NAN])], np.sqrt, tag="f32-special")
+add("tanh", [T("f32", [INF, -INF, NAN, 30.0])], np.tanh, tag="f32-special")
+add("sigmoid", [T("f64", [INF, -INF, NAN, -800.0, 800.0])],
+    lambda x: 1.0 / (1.0 + np.exp(-x)), tag="f64-special")
+add("recip", [T("f32", [0.0, INF, -INF, NAN])], lambda x: 1.0 / x, tag="f32-special")
+add("erf", [T("f64", [INF, -INF, NAN, 0.0])], _erf, tag="f64-special")
+add("gelu", [T("f32", rnd((8,), -3, 3), view=("slice", 0, 1, 8, 2))],
+    FLOAT_UNARY["gelu"][0], tag="f32-slice2")
+add("log", [T("f32", rnd((2, 3), 0.1, 3), view=("flip", [0, 1]))], np.log, tag="f32-flip")
+add("sin", [T("bf16", rnd((1, 4), -3, 3), view=("expand", [3, 4]))], np.sin,
+    tag="bf16-expand")
+add("exp", [T("bool", [True, False])], error="EM_ERR_DTYPE", tag="bool-err")
+
+# ---- unary, numeric (float or int) ----
+NUM_UNARY = {
+    "neg": lambda x: -x,
+    "abs": np.abs,
+    "relu": lambda x: np.maximum(x, 0),
+    "sign": np.sign,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.round,
+}
+
+for op, ref in NUM_UNARY.items():
+    for dt in FLOATS:
+        add(op, [T(dt, rnd((2, 5), -4, 4))], ref)
+    for dt in ("i64", "i32", "i8"):
+        add(op, [T(dt, rndi((2, 5), -9, 9))], ref)
+    add(op, [T("u8", rndi((6,), 0, 250))], ref)
+    add(op, [T("f32", rnd((3, 4)), view=("slice", 1, 0, 4, 2))], ref, tag="f32-slice2")
+    add(op, [T("i64", 7)], ref, tag="i64-0d")
+    add(op, [T("f32", np.zeros((2, 0)))], ref, tag="f32-empty")
+    add(op, [T("bool", [True, False])], error="EM_ERR_DTYPE", tag="bool-err")
+
+add("round", [T("f32", [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.49, -3.51])], np.round,
+    tag="f32-half-even")
+add("round", [T("f64", [0.5, 1.5, 2.5, 1e300, -0.0, NAN, INF])], np.round,
+    tag="f64-half-even")
+add("sign", [T("f32", [NAN, -0.0, 0.0, -INF, INF])], np.sign, tag="f32-special")
+add("relu", [T("f64", [NAN, -INF, INF, -0.5])], lambda x: np.maximum(x, 0),
+    tag="f64-special")
+add("abs", [T("i8", [-128, -1, 127])], np.abs, tag="i8-wrap")
+add("neg", [T("u8", [0, 1, 255])], lambda x: -x, tag="u8-wrap")
+add("neg", [T("i16", [-32768, 5, 0])], lambda x: -x, tag="i16-wrap")
+add("floor", [T("f64", [-INF, INF, NAN, -2.5, 2.5])], np.floor, tag="f64-special")
+
+# ---- clamp ----
+clamp_ref = lambda x, lo=-INF, hi=INF: np.minimum(np.maximum(x, lo), hi)
+for dt in FLOATS:
+    add("clamp", [T(dt, rnd((3, 4), -3, 3))], clamp_ref, params={"lo": -1.0, "hi": 1.5})
+for dt in NUM_INTS:
+    lo = 0 if dt == "u8" else -3
+    add("clamp", [T(dt, rndi((3, 4), 0 if dt == "u8" else -9, 9))], clamp_ref,
+        params={"lo": lo, "hi": 4})
+add("clamp", [T("f32", rnd((5,), -3, 3))], lambda x, lo: np.maximum(x, lo),
+    params={"lo": 0.25}, tag="f32-lo-only")
+add("clamp", [T("f64", rnd((5,), -3, 3))], lambda x, hi: np.minimum(x, hi),
+    params={"hi": -0.5}, tag="f64-hi-only")
+add("clamp", [T("f32", [NAN, -5.0, 5.0, 0.5])], clamp_ref, params={"lo": -1.0, "hi": 1.0},
+    tag="f32-nan")
+add("clamp", [T("i32", [-10, -3, 0, 3, 10])],
+    lambda x, lo, hi: np.minimum(np.maximum(x, math.ceil(lo)), math.floor(hi)),
+    params={"lo": -2.5, "hi": 2.5}, tag="i32-fractional-bounds")
+add("clamp", [T("f32", rnd((4, 3)), view=("transpose", 0, 1))], clamp_ref,
+    params={"lo": -0.5, "hi": 0.5}, tag="f32-transpose")
+add("clamp", [T("f32", 2.0)], clamp_ref, params={"lo": -1.0, "hi": 1.0}, tag="f32-0d")
+add("clamp", [T("f32", rnd((3,)))], params={"lo": 1.0, "hi": -1.0}, error="EM_ERR_ARG",
+    tag="lo-gt-hi-err")
+add("clamp", [T("bool", [True])], params={"lo": 0.0, "hi": 1.0}, error="EM_ERR_DTYPE",
+    tag="bool-err")
+
+# ---- binary arithmetic ----
+def int_div(a, b):
+    return np.floor_divide(a, b)
+
+
+def int_rem(a, b):
+    return np.remainder(a, b)
+
+
+ARITH = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+}
+
+for op, ref in ARITH.items():
+    for dt in FLOATS:
+        add(op, [T(dt, rnd((2, 3))), T(dt, rnd((2, 3)))], ref)
+    for dt in NUM_INTS:
+        lo, hi = (0, 15) if dt == "u8" else (-20, 20)
+        add(op, [T(dt, rndi((2, 3), lo, hi)), T(dt, rndi((2, 3), lo, hi))], ref)
+    add(op, [T("f32", rnd((2, 3))), T("f32", rnd((3,)))], ref, tag="f32-bcast-row")
+    add(op, [T("f64", rnd((4, 1))), T("f64", rnd((1, 3)))], ref, tag="f64-bcast-outer")
+    add(op, [T("i32", rndi((2, 3, 4))), T("i32", 3)], ref, tag="i32-bcast-0d")
+    add(op, [T("f32", rnd((3, 2)), view=("transpose", 0, 1)),
+             T("f32", rnd((2, 6)), view=("slice", 1, 0, 6, 2))], ref, tag="f32-views")
+    add(op, [T("f32", rnd((0, 3))), T("f32", rnd((1, 3)))], ref, tag="f32-empty")
+    add(op, [T("f32", rnd((2, 3))), T("f32", rnd((4,)))], error="EM_ERR_SHAPE",
+        tag="shape-err")
+    add(op, [T("f32", rnd((3,))), T("f64", rnd((3,)))], error="EM_ERR_DTYPE", tag="dtype-err")
+    add(op, [T("bool", [True]), T("bool", [False])], error="EM_ERR_DTYPE", tag="bool-err")
+
+add("add", [T("i8", [100, -100, 127, -128]), T("i8", [100, -100, 1, -1])],
+    ARITH["add"], tag="i8-wrap")
+add("sub", [T("u8", [3, 0, 255]), T("u8", [5, 1, 0])], ARITH["sub"], tag="u8-wrap")
+add("mul", [T("i32", [70000, -70000, 46341]), T("i32", [70000, 3, 46341])], ARITH["mul"],
+    tag="i32-wrap")
+add("add", [T("f32", [INF, -INF, NAN, 1.0]), T("f32", [-INF, -INF, 1.0, INF])],
+    ARITH["add"], tag="f32-special")
+add("mul", [T("f64", [0.0, INF, NAN]), T("f64", [INF, -2.0, 0.0])], ARITH["mul"],
+    tag="f64-special")
+add("add", [T("f32", rnd((3,)), view=("flip", [0])), T("f32", rnd((1,)), view=("expand", [3]))],
+    ARITH["add"], tag="f32-flip-expand")
+add("mul", [T("f16", 1.5), T("f16", 2.25)], ARITH["mul"], tag="f16-0d")
+
+# division: true division for floats, floor division for ints (0 for a zero divisor)
+for dt in FLOATS:
+    add("div", [T(dt, rnd((2, 3))), T(dt, rnd((2, 3), 0.5, 2) * np.where(rndb((2, 3)), 1, -1))],
+        lambda a, b: a / b)
+for dt in NUM_INTS:
+    lo = 0 if dt == "u8" else -20
+    add("div", [T(dt, rndi((3, 4), lo, 20)), T(dt, rndi((3, 4), 1, 6))], int_div)
+add("div", [T("i64", [7, -7, 7, -7, 5, 0, -3]), T("i64", [2, 2, -2, -2, 0, 0, 5])], int_div,
+    tag="i64-floor-zero")
+add("div", [T("i8", [-128, 9]), T("i8", [-1, -4])], int_div, tag="i8-wrap")
+add("div", [T("f64", [1.0, -1.0, 0.0, NAN]), T("f64", [0.0, 0.0, 0.0, 1.0])],
+    lambda a, b: a / b, tag="f64-by-zero")
+add("div", [T("f32", rnd((2, 3))), T("f32", rnd((2, 1), 1, 2))], lambda a, b: a / b,
+    tag="f32-bcast")
+add("div", [T("i32", [1]), T("i64", [1])], error="EM_ERR_DTYPE", tag="dtype-err")
+add("div", [T("f32", rnd((2,))), T("f32", rnd((3,)))], error="EM_ERR_SHAPE", tag="shape-err")
+
+# pow (float only)
+for dt in FLOATS:
+    add("pow", [T(dt, rnd((2, 3), 0.1, 3)), T(dt, rnd((2, 3), -2, 2))], np.power)
+add("pow", [T("f64", [-2.0, -2.0, 0.0, 0.0, NAN, 1.0, 4.0]),
+            T("f64", [3.0, 0.5, 0.0, -1.0, 0.0, NAN, 0.5])], np.power, tag="f64-special")
+add("pow", [T("f32", rnd((3, 1), 0.5, 2)), T("f32", rnd((4,), -1, 2))], np.power,
+    tag="f32-bcast")
+add("pow", [T("i32", [2]), T("i32", [3])], error="EM_ERR_DTYPE", tag="i32-err")
+
+# remainder: the divisor's sign (np.remainder); ints give 0 for a zero divisor
+for dt in FLOATS:
+    add("remainder", [T(dt, rnd((2, 4), -6, 6)),
+                      T(dt, rnd((2, 4), 0.5, 3) * np.where(rndb((2, 4)), 1, -1))], np.remainder)
+for dt in NUM_INTS:
+    lo = 0 if dt == "u8" else -20
+    add("remainder", [T(dt, rndi((3, 4), lo, 20)), T(dt, rndi((3, 4), 1, 7))], int_rem)
+add("remainder", [T("i64", [7, -7, 7, -7, 5, 0]), T("i64", [3, 3, -3, -3, 0, 4])], int_rem,
+    tag="i64-signs-zero")
+add("remainder", [T("f64", [5.5, -5.5, 5.5, -5.5, 6.0, 1.0, INF, 1.0]),
+                  T("f64", [2.0, 2.0, -2.0, -2.0, 3.0, 0.0, 2.0, INF])], np.remainder,
+    tag="f64-signs-special")
+
+# maximum / minimum (NaN propagates)
+for op, ref in (("maximum", np.maximum), ("minimum", np.minimum)):
+    for dt in FLOATS:
+        add(op, [T(dt, rnd((2, 3))), T(dt, rnd((2, 3)))], ref)
+    for dt in NUM_INTS:
+        lo = 0 if dt == "u8" else -9
+        add(op, [T(dt, rndi((2, 3), lo, 9)), T(dt, rndi((2, 3), lo, 9))], ref)
+    add(op, [T("f32", [NAN, 1.0, NAN, -INF]), T("f32", [1.0, NAN, NAN, INF])], ref,
+        tag="f32-nan")
+    add(op, [T("f32", rnd((2, 3))), T("f32", rnd((2, 1)))], ref, tag="f32-bcast")
+    add(op, [T("bool", [True]), T("bool", [True])], error="EM_ERR_DTYPE", tag="bool-err")
+
+# ---- with a scalar ----
+SCALAR = {
+    "add_scalar": lambda a, s: a + s,
+    "sub_scalar": lambda a, s: a - s,
+    "mul_scalar": lambda a, s: a * s,
+    "maximum_scalar": lambda a, s: np.maximum(a, s),
+    "minimum_scalar": lambda a, s: np.minimum(a, s),
+}
+for op, ref in SCALAR.items():
+    for dt in ("f32", "f64", "f16", "bf16"):
+        add(op, [T(dt, rnd((2, 3)))], ref, params={"s": 0.75})
+    add(op, [T("i32", rndi((2, 3)))], ref, params={"s": 3})
+    add(op, [T("i64", rndi((4,)))], lambda a, s, ref=ref: ref(a, math.trunc(s)),
+        params={"s": -2.7},
+        tag="i64-trunc")
+    add(op, [T("f32", rnd((3, 2)), view=("transpose", 0, 1))], ref, params={"s": -1.25},
+        tag="f32-transpose")
+    add(op, [T("bool", [True])], params={"s": 1.0}, error="EM_ERR_DTYPE", tag="bool-err")
+add("add_scalar", [T("i8", [120, -120])], lambda a, s: a + s, params={"s": 10},
+    tag="i8-wrap")
+add("mul_scalar", [T("f32", [INF, NAN, 0.0])], lambda a, s: a * s, params={"s": 0.0},
+    tag="f32-special")
+add("add_scalar", [T("f32", 1.0)], lambda a, s: a + s, params={"s": 2.5}, tag="f32-0d")
+add("add_scalar", [T("f32", np.zeros((0,)))], lambda a, s: a + s, params={"s": 2.5},
+    tag="f32-empty")
+
+for dt in ("f32", "f64", "f16"):
+    add("div_scalar", [T(dt, rnd((2, 3)))], lambda a, s: a / s, params={"s": -0.5})
+add("div_scalar", [T("i32", [7, -7, 6, 0])], lambda a, s: np.floor_divide(a, s),
+    params={"s": 2}, tag="i32-floor")
+add("div_scalar", [T("i64", [7, -7])], lambda a, s: np.zeros_like(a), params={"s": 0},
+    tag="i64-by-zero")
+add("div_scalar", [T("f32", [1.0, -1.0, 0.0])], lambda a, s: a / s, params={"s": 0.0},
+    tag="f32-by-zero")
+for dt in ("f32", "f64", "bf16"):
+    add("pow_scalar", [T(dt, rnd((2, 3), 0.1, 3))], lambda a, s: np.power(a, s),
+        params={"s": 2.5})
+add("pow_scalar", [T("f32", rnd((4,), -3, 3))], lambda a, s: np.power(a, s), params={"s": 2.0},
+    tag="f32-square")
+add("pow_scalar", [T("i64", [2])], params={"s": 2.0}, error="EM_ERR_DTYPE", tag="i64-err")
+for dt in ("f32", "f64"):
+    add("remainder_scalar", [T(dt, rnd((2, 3), -6, 6))], lambda a, s: np.remainder(a, s),
+        params={"s": -1.5})
+add("remainder_scalar", [T("i32", [7, -7, 0, 5])], lambda a, s: np.remainder(a, s),
+    params={"s": 3}, tag="i32-pos")
+add("remainder_scalar", [T("i8", [7, -7, 0, 5])], lambda a, s: np.remainder(a, s),
+    params={"s": -3}, tag="i8-neg")
+
+# ---- consuming variants (run on a clone, so they take the in-place path) ----
+for op, ref in (("add_", ARITH["add"]), ("sub_", ARITH["sub"]), ("mul_", ARITH["mul"])):
+    add(op, [T("f32", rnd((2, 3))), T("f32", rnd((2, 3)))], ref, tag="f32")
+    add(op, [T("i32", rndi((2, 3))), T("i32", rndi((3,)))], ref, tag="i32-bcast-b")
+    add(op, [T("f64", rnd((3,))), T("f64", rnd((2, 3)))], ref, tag="f64-grows")
+add("div_", [T("f32", rnd((2, 3))), T("f32", rnd((2, 3), 0.5, 2))], lambda a, b: a / b,
+    tag="f32")
+add("div_", [T("i64", [7, -7, 3]), T("i64", [2, 2, 0])], int_div, tag="i64-floor")
+add("add_", [T("f32", rnd((2,))), T("f64", rnd((2,)))], error="EM_ERR_DTYPE", tag="dtype-err")
+add("add_", [T("f32", rnd((2,))), T("f32", rnd((3,)))], error="EM_ERR_SHAPE", tag="shape-err")
+add("mul_scalar_", [T("f32", rnd((2, 3)))], lambda a, s: a * s, params={"s": 3.0}, tag="f32")
+add("mul_scalar_", [T("i8", [50, -3])], lambda a, s: a * s, params={"s": 3}, tag="i8-wrap")
+add("add_scalar_", [T("f64", rnd((4,)))], lambda a, s: a + s, params={"s": -1.5}, tag="f64")
+add("add_scalar_", [T("bool", [True])], params={"s": 1.0}, error="EM_ERR_DTYPE",
+    tag="bool-err")
+add("relu_", [T("f32", rnd((3, 3)))], lambda x: np.maximum(x, 0), tag="f32")
+add("relu_", [T("i32", rndi((5,)))], lambda x: np.maximum(x, 0), tag="i32")
+add("relu_", [T("f32", rnd((3, 2)), view=("transpose", 0, 1))], lambda x: np.maximum(x, 0),
+    tag="f32-transpose")
+
+# ---- comparisons ----
+CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+       "gt": np.greater, "ge": np.greater_equal}
+for op, ref in CMP.items():
+    a = rndi((3, 4), -2, 2)
+    b = rndi((3, 4), -2, 2)
+    for dt in ("f32", "f16", "i64", "i8"):
+        add(op, [T(dt, a), T(dt, b)], ref, out_dtypes="bool")
+    add(op, [T("f64", [NAN, NAN, 1.0, INF, -INF]), T("f64", [NAN, 1.0, NAN, INF, 0.0])], ref,
+        out_dtypes="bool", tag="f64-nan")
+    add(op, [T("u8", rndi((2, 3), 0, 3)), T("u8", rndi((3,), 0, 3))], ref, out_dtypes="bool",
+        tag="u8-bcast")
+    add(op, [T("f32", rnd((3, 2)), view=("transpose", 0, 1)), T("f32", 0.0)], ref,
+        out_dtypes="bool", tag="f32-transpose-0d")
+    add(op, [T("f32", [1.0]), T("i32", [1])], error="EM_ERR_DTYPE", tag="dtype-err")
+for op in ("eq", "ne"):
+    add(op, [T("bool", rndb((2, 3))), T("bool", rndb((2, 3)))], CMP[op], out_dtypes="bool",
+        tag="bool")
+for op in ("lt", "ge"):
+    add(op, [T("bool", [True]), T("bool", [False])], error="EM_ERR_DTYPE", tag="bool-err")
+add("eq", [T("i64", [2**62, 2**62 + 1]), T("i64", [2**62 + 1, 2**62 + 1])], CMP["eq"],
+    out_dtypes="bool", tag="i64-large")
+add("lt", [T("f32", rnd((2, 3))), T("f32", rnd((4, 3)))], error="EM_ERR_SHAPE",
+    tag="shape-err")
+add("gt", [T("f32", np.zeros((0, 2))), T("f32", rnd((2,)))], CMP["gt"], out_dtypes="bool",
+    tag="f32-empty")
+
+for op, ref in (("eq_scalar", np.equal), ("lt_scalar", np.less), ("gt_scalar", np.greater)):
+    add(op, [T("f32", [0.5, 1.0, 1.5, NAN])], lambda a, s, ref=ref: ref(a, s),
+        params={"s": 1.0}, out_dtypes="bool", tag="f32")
+    add(op, [T("i32", [-1, 0, 1, 2])], lambda a, s, ref=ref: ref(a, s), params={"s": 1},
+        out_dtypes="bool", tag="i32")
+    add(op, [T("i64", [-1, 0, 1, 2])], lambda a, s, ref=ref: ref(a, math.trunc(s)),
+        params={"s": 1.9}, out_dtypes="bool", tag="i64-trunc")
+    add(op, [T("f16", rnd((2, 3)), view=("slice", 1, 0, 3, 2))],
+        lambda a, s, ref=ref: ref(a, s), params={"s": 0.0}, out_dtypes="bool",
+        tag="f16-slice2")
+add("eq_scalar", [T("bool", [True, False])], lambda a, s: a == bool(s), params={"s": 1.0},
+    out_dtypes="bool", tag="bool")
+add("lt_scalar", [T("bool", [True])], params={"s": 1.0}, error="EM_ERR_DTYPE", tag="bool-err")
+
+# ---- logical ----
+for op, ref in (("logical_and", np.logical_and), ("logical_or", np.logical_or)):
+    add(op, [T("bool", [True, True, False, False]), T("bool", [True, False, True, False])], ref,
+        tag="table")
+    add(op, [T("bool", rndb((2, 3))), T("bool", rndb((3,)))], ref, tag="bcast")
+    add(op, [T("bool", rndb((3, 2)), view=("transpose", 0, 1)), T("bool", True)], ref,
+        tag="transpose-0d")
+    add(op, [T("f32", [1.0]), T("f32", [0.0])], error="EM_ERR_DTYPE", tag="f32-err")
+    add(op, [T("bool", rndb((2,))), T("bool", rndb((3,)))], error="EM_ERR_SHAPE",
+        tag="shape-err")
+add("logical_not", [T("bool", rndb((2, 3)))], np.logical_not, tag="bool")
+add("logical_not", [T("bool", rndb((4,)), view=("flip", [0]))], np.logical_not, tag="flip")
+add("logical_not", [T("bool", np.zeros((0,), dtype=bool))], np.logical_not, tag="empty")
+add("logical_not", [T("i32", [1])], error="EM_ERR_DTYPE", tag="i32-err")
+
+# ---- where ----
+where_ref = lambda c, a, b: np.where(c, a, b)
+add("where", [T("bool", rndb((2, 3))), T("f32", rnd((2, 3))), T("f32", rnd((2, 3)))],
+    where_ref, out_dtypes="f32", tag="f32")
+add("where", [T("bool", rndb((2, 1))), T("f64", rnd((3,))), T("f64", 0.5)], where_ref,
+    out_dtypes="f64", tag="f64-bcast3")
+add("where", [T("bool", rndb((4,))), T("i64", rndi((4,))), T("i64", rndi((4,)))], where_ref,
+    out_dtypes="i64", tag="i64")
+add("where", [T("bool", rndb((3,))), T("u8", rndi((3,), 0, 200)), T("u8", rndi((3,), 0, 200))],
+    where_ref, out_dtypes="u8", tag="u8")
+add("where", [T("bool", rndb((2, 2))), T("bool", rndb((2, 2))), T("bool", rndb((2, 2)))],
+    where_ref, out_dtypes="bool", tag="bool")
+add("where", [T("bool", rndb((3,))), T("f16", [NAN, INF, 1.0]), T("f16", [1.0, 2.0, -INF])],
+    where_ref, out_dtypes="f16", tag="f16-special")
+add("where", [T("bool", rndb((3, 2)), view=("transpose", 0, 1)),
+              T("bf16", rnd((2, 6)), view=("slice", 1, 0, 6, 2)), T("bf16", rnd((2, 3)))],
+    where_ref, out_dtypes="bf16", tag="bf16-views")
+add("where", [T("bool", np.zeros((0, 2), dtype=bool)), T("f32", rnd((2,))), T("f32", 1.0)],
+    where_ref, out_dtypes="f32", tag="f32-empty")
+add("where", [T("f32", [1.0]), T("f32", [1.0]), T("f32", [2.0])], error="EM_ERR_DTYPE",
+    tag="cond-err")
+add("where", [T("bool", [True]), T("f32", [1.0]), T("f64", [2.0])], error="EM_ERR_DTYPE",
+    tag="dtype-err")
+add("where", [T("bool", rndb((3,))), T("f32", rnd((2,))), T("f32", 0.0)],
+    error="EM_ERR_SHAPE", tag="shape-err")
+
+# ---- masked_fill ----
+mf_ref = lambda x, m, value: np.where(m, value, x)
+add("masked_fill", [T("f32", rnd((2, 3))), T("bool", rndb((2, 3)))], mf_ref,
+    params={"value": -1.5}, tag="f32")
+add("masked_fill", [T("f64", rnd((2, 3))), T("bool", rndb((3,)))], mf_ref,
+    params={"value": INF}, tag="f64-bcast-inf")
+add("masked_fill", [T("i32", rndi((2, 3))), T("bool", rndb((2, 1)))],
+    lambda x, m, value: np.where(m, math.trunc(value), x), params={"value": 7.9},
+    tag="i32-trunc")
+add("masked_fill", [T("f16", rnd((3, 2)), view=("transpose", 0, 1)), T("bool", True)], mf_ref,
+    params={"value": 0.0}, tag="f16-transpose-0dmask")
+add("masked_fill", [T("bool", rndb((4,))), T("bool", rndb((4,)))], mf_ref,
+    params={"value": 1.0}, tag="bool")
+add("masked_fill", [T("f32", rnd((3,))), T("bool", rndb((2, 3)))], params={"value": 0.0},
+    error="EM_ERR_SHAPE", tag="mask-grows-err")
+add("masked_fill", [T("f32", rnd((3,))), T("i32", [1, 0, 1])], params={"value": 0.0},
+    error="EM_ERR_DTYPE", tag="mask-dtype-err")

@@ -1,0 +1,333 @@
+"""Conformance cases of the reduce family: sum mean prod max min argmax argmin var logsumexp
+(whole and along a dim, with keepdim), cumsum, softmax, log_softmax, and matmul.
+
+The references are NumPy's own reductions (np.sum, np.var with ddof, np.argmax, np.matmul...)
+on the float64 / int64 widened inputs. A case without "dim" calls the whole-tensor form.
+"""
+import warnings
+
+import numpy as np
+
+from common import FLOATS, T, case, rnd, rndi
+
+CASES = []
+_names = set()
+
+# Tolerances for the half types where a reduction sums a few dozen values.
+HALF_TOL = {"f16": (1e-2, 1e-2), "bf16": (4e-2, 4e-2)}
+
+
+def _add(op, inputs, name, ref=None, params=None, out=None, error=None, tol=None):
+    full = "reduce/%s/%s" % (op, name)
+    assert full not in _names, full
+    _names.add(full)
+    CASES.append(case(op, inputs, ref, params=params, out_dtypes=out, error=error, tol=tol,
+                      name=full))
+
+
+def _axis(a, dim):
+    """NumPy's axis for an ember dim: None for the whole form and for a 0-d input."""
+    return None if dim is None or a.ndim == 0 else dim
+
+
+def _keep(a, dim, keepdim):
+    return bool(keepdim) and dim is not None and a.ndim > 0
+
+
+# ---- NumPy references (params arrive as keywords) ----
+
+def r_sum(a, dim=None, keepdim=False):
+    return np.sum(a, axis=_axis(a, dim), keepdims=_keep(a, dim, keepdim))
+
+
+def r_mean(a, dim=None, keepdim=False):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the mean of nothing is NaN
+        return np.mean(a, axis=_axis(a, dim), keepdims=_keep(a, dim, keepdim))
+
+
+def r_prod(a, dim=None, keepdim=False):
+    return np.prod(a, axis=_axis(a, dim), keepdims=_keep(a, dim, keepdim))
+
+
+def r_max(a, dim=None, keepdim=False):
+    return np.max(a, axis=_axis(a, dim), keepdims=_keep(a, dim, keepdim))
+
+
+def r_min(a, dim=None, keepdim=False):
+    return np.min(a, axis=_axis(a, dim), keepdims=_keep(a, dim, keepdim))
+
+
+def r_argmax(a, dim=None, keepdim=False):
+    return np.argmax(a, axis=_axis(a, dim), keepdims=_keep(a, dim, keepdim))
+
+
+def r_argmin(a, dim=None, keepdim=False):
+    return np.argmin(a, axis=_axis(a, dim), keepdims=_keep(a, dim, keepdim))
+
+
+def r_var(a, dim=None, keepdim=False, correction=1):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # n - correction <= 0
+        return np.var(a, axis=_axis(a, dim), ddof=correction, keepdims=_keep(a, dim, keepdim))
+
+
+def r_logsumexp(a, dim=None, keepdim=False):
+    ax = _axis(a, dim)
+    m = np.max(a, axis=ax, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, 0.0)
+    r = np.log(np.sum(np.exp(a - m), axis=ax, keepdims=True)) + m
+    if ax is None:
+        return r.reshape(())
+    return r if _keep(a, dim, keepdim) else np.squeeze(r, axis=ax)
+
+
+def r_cumsum(a, dim=0):
+    return np.cumsum(a, axis=_axis(a, dim)).reshape(a.shape)
+
+
+def r_softmax(a, dim=-1):
+    ax = _axis(a, dim)
+    e = np.exp(a - np.max(a, axis=ax, keepdims=True, initial=-np.inf))
+    return e / np.sum(e, axis=ax, keepdims=True)
+
+
+def r_log_softmax(a, dim=-1):
+    ax = _axis(a, dim)
+    s = a - np.max(a, axis=ax, keepdims=True, initial=-np.inf)
+    return s - np.log(np.sum(np.exp(s), axis=ax, keepdims=True))
+
+
+REFS = {"sum": r_sum, "mean": r_mean, "prod": r_prod, "max": r_max, "min": r_min,
+        "argmax": r_argmax, "argmin": r_argmin, "var": r_var, "logsumexp": r_logsumexp}
+
+
+def _out(op, dt):
+    """The result dtype: sum/prod of ints and argmax/argmin give i64."""
+    if op in ("argmax", "argmin"):
+        return "i64"
+    if op in ("sum", "prod", "cumsum") and dt not in FLOATS:
+        return "i64"
+    return dt
+
+
+def red(op, t, name, dim=None, keepdim=None, tol=None, **extra):
+    if t.dtype == "bf16" and dim is None and name.startswith("whole/"):
+        # common.round_bf16 cannot round a 0-d array yet (NumPy 1.24 scalar casting), so the
+        # bf16 "whole" cases reduce the last dim instead.
+        dim, name = -1, "dim-1/bf16"
+    params = dict(extra)
+    if dim is not None:
+        params["dim"] = dim
+    if keepdim is not None:
+        params["keepdim"] = keepdim
+    _add(op, [t], name, REFS[op], params=params, out=_out(op, t.dtype), tol=tol)
+
+
+def red_err(op, t, name, error, **params):
+    _add(op, [t], name, params=params, error=error)
+
+
+# ---- sum ----
+for dt in FLOATS:
+    red("sum", T(dt, rnd((3, 4))), "whole/" + dt, tol=HALF_TOL.get(dt))
+for dt in ("i64", "i32", "i16", "i8", "u8"):
+    red("sum", T(dt, rndi((3, 4), 0 if dt == "u8" else -50, 50)), "whole/" + dt)
+for d, k in ((0, False), (1, True), (2, False), (-1, True), (-3, False), (-2, True)):
+    red("sum", T("f32", rnd((2, 3, 4))), "dim%d_keep%d/f32" % (d, k), dim=d, keepdim=k)
+for dt in ("f64", "f16", "bf16", "i32"):
+    red("sum", T(dt, rnd((4, 5)) if dt in FLOATS else rndi((4, 5))), "dim1/" + dt, dim=1,
+        tol=HALF_TOL.get(dt))
+red("sum", T("f32", 2.5), "0d/whole")
+red("sum", T("f32", -1.5), "0d/dim0", dim=0)
+red("sum", T("i32", 7), "0d/dim-1_keep", dim=-1, keepdim=True)
+red("sum", T("f32", np.zeros((0, 3))), "empty/whole")
+red("sum", T("f32", np.zeros((0, 3))), "empty/dim0", dim=0)
+red("sum", T("f32", np.zeros((0, 3))), "empty/dim1_keep", dim=1, keepdim=True)
+red("sum", T("i64", np.zeros((2, 0), dtype=np.int64)), "empty/i64_dim1", dim=1)
+red("sum", T("f32", rnd((4, 3)), view=("transpose", 0, 1)), "view/transpose_dim1", dim=1)
+red("sum", T("f32", rnd((6, 5)), view=("slice", 0, 1, 6, 2)), "view/slice_whole")
+red("sum", T("f64", rnd((1, 4)), view=("expand", [3, 4])), "view/expand_dim0", dim=0)
+red("sum", T("f32", rnd((3, 4)), view=("flip", [1])), "view/flip_dim-1", dim=-1)
+red("sum", T("f32", [[1.0, np.nan, 2.0], [np.inf, 1.0, 2.0]]), "nan_inf_dim1", dim=1)
+red("sum", T("i64", [2**62, 2**62, 2**62, 1]), "i64_wraps")
+red_err("sum", T("bool", [[True, False]]), "bool", "EM_ERR_DTYPE")
+red_err("sum", T("f32", rnd((2, 3))), "dim_out_of_range", "EM_ERR_ARG", dim=2)
+red_err("sum", T("f32", 1.0), "0d_dim1", "EM_ERR_ARG", dim=1)
+
+# ---- mean ----
+for dt in FLOATS:
+    red("mean", T(dt, rnd((3, 5))), "whole/" + dt, tol=HALF_TOL.get(dt))
+for d, k in ((0, True), (1, False), (-1, False)):
+    red("mean", T("f32", rnd((3, 5))), "dim%d_keep%d/f32" % (d, k), dim=d, keepdim=k)
+red("mean", T("bf16", rnd((2, 3, 4))), "dim1/bf16", dim=1, tol=HALF_TOL["bf16"])
+red("mean", T("f32", 4.0), "0d/dim0", dim=0)
+red("mean", T("f32", np.zeros((0,))), "empty/whole")
+red("mean", T("f64", np.zeros((2, 0))), "empty/dim1", dim=1)
+red("mean", T("f32", rnd((5, 4)), view=("transpose", 0, 1)), "view/transpose_dim0", dim=0)
+red("mean", T("f32", [1.0, np.nan, 3.0]), "nan")
+red_err("mean", T("i64", [1, 2, 3]), "int", "EM_ERR_DTYPE")
+red_err("mean", T("bool", [True]), "bool", "EM_ERR_DTYPE")
+
+# ---- prod ----
+for dt in FLOATS:
+    red("prod", T(dt, rnd((2, 3), 0.5, 1.5)), "whole/" + dt)
+red("prod", T("i32", rndi((3, 4), -3, 4)), "dim1/i32", dim=1)
+red("prod", T("i64", rndi((3, 4), -3, 4)), "dim0_keep/i64", dim=0, keepdim=True)
+red("prod", T("u8", rndi((2, 5), 0, 6)), "whole/u8")
+red("prod", T("f32", np.zeros((0, 2))), "empty/whole")
+red("prod", T("i32", np.zeros((3, 0), dtype=np.int32)), "empty/dim1", dim=1)
+red("prod", T("f64", rnd((4, 3), 0.5, 2.0), view=("slice", 0, 0, 4, 2)), "view/slice_dim-1",
+    dim=-1)
+red("prod", T("f32", -3.0), "0d")
+red_err("prod", T("bool", [True, True]), "bool", "EM_ERR_DTYPE")
+
+# ---- max / min ----
+for op in ("max", "min"):
+    for dt in FLOATS + ("i64", "i32", "i8", "u8"):
+        vals = rnd((3, 4)) if dt in FLOATS else rndi((3, 4), 0 if dt == "u8" else -20, 20)
+        red(op, T(dt, vals), "whole/" + dt)
+    for d, k in ((0, False), (1, True), (-1, False)):
+        red(op, T("f32", rnd((3, 4))), "dim%d_keep%d/f32" % (d, k), dim=d, keepdim=k)
+    red(op, T("i32", rndi((2, 3, 4), -9, 9)), "dim-2/i32", dim=-2)
+    red(op, T("i64", [2**62 + 1, 2**62 + 3, 2**62 + 2]), "i64_large")
+    red(op, T("f32", [[1.0, np.nan, 3.0], [1.0, 2.0, -np.inf]]), "nan_dim1", dim=1)
+    red(op, T("f64", [1.0, 2.0, np.nan, 0.5]), "nan_whole")
+    red(op, T("f32", 3.5), "0d/dim-1", dim=-1)
+    red(op, T("f32", np.zeros((0, 4))), "empty_other_dim", dim=1)
+    red(op, T("f32", rnd((4, 3)), view=("transpose", 0, 1)), "view/transpose_dim1", dim=1)
+    red(op, T("i32", rndi((1, 5)), view=("expand", [3, 5])), "view/expand_dim0", dim=0)
+    red_err(op, T("f32", np.zeros((0,))), "empty_whole", "EM_ERR_SHAPE")
+    red_err(op, T("f32", np.zeros((2, 0))), "empty_dim1", "EM_ERR_SHAPE", dim=1)
+    red_err(op, T("bool", [True, False]), "bool", "EM_ERR_DTYPE")
+
+# ---- argmax / argmin ----
+for op in ("argmax", "argmin"):
+    for dt in ("f32", "f64", "f16", "bf16", "i64", "i32", "u8"):
+        vals = rnd((3, 4)) if dt in FLOATS else rndi((3, 4), 0, 30)
+        red(op, T(dt, vals), "whole/" + dt)
+    for d, k in ((0, True), (1, False), (-1, True)):
+        red(op, T("f32", rnd((3, 4))), "dim%d_keep%d/f32" % (d, k), dim=d, keepdim=k)
+    red(op, T("i32", [[1, 3, 3, 0], [0, 0, 2, 2]]), "ties_first", dim=1)
+    red(op, T("i64", [4, 1, 4, 1]), "ties_whole")
+    red(op, T("f32", [[1.0, np.nan, 3.0, np.nan], [5.0, 2.0, 9.0, -1.0]]), "nan_dim1", dim=1)
+    red(op, T("f32", [2.0, 1.0, np.nan]), "nan_whole")
+    red(op, T("f32", rnd((3, 4)), view=("flip", [0, 1])), "view/flip_whole")
+    red(op, T("f64", rnd((5, 3)), view=("slice", 0, 4, None, -2)), "view/slice_neg_dim0", dim=0)
+    red(op, T("f32", 1.0), "0d/whole")
+    red(op, T("f32", 1.0), "0d/dim0", dim=0)
+    red_err(op, T("f32", np.zeros((3, 0))), "empty_dim1", "EM_ERR_SHAPE", dim=-1)
+    red_err(op, T("i64", np.zeros((0,), dtype=np.int64)), "empty_whole", "EM_ERR_SHAPE")
+
+# ---- var ----
+for dt in FLOATS:
+    red("var", T(dt, rnd((3, 4))), "whole/" + dt, tol=HALF_TOL.get(dt))
+for c in (0, 1, 2):
+    red("var", T("f32", rnd((4, 5))), "dim1_corr%d" % c, dim=1, correction=c)
+red("var", T("f64", rnd((2, 3, 4))), "dim0_keep/f64", dim=0, keepdim=True)
+red("var", T("f32", rnd((2, 3, 4))), "dim-2/f32", dim=-2, correction=0)
+red("var", T("f32", rnd((3, 1))), "n1_corr1", dim=1)
+red("var", T("f32", [1.0, 2.0]), "n_eq_corr", correction=2)
+red("var", T("f32", np.zeros((0,))), "empty/whole")
+red("var", T("f32", 2.0), "0d/corr0", correction=0)
+red("var", T("f32", rnd((5, 4)), view=("transpose", 0, 1)), "view/transpose_dim1", dim=1)
+red("var", T("f32", [1.0, np.nan, 2.0]), "nan")
+red_err("var", T("i32", [1, 2, 3]), "int", "EM_ERR_DTYPE")
+
+# ---- logsumexp ----
+for dt in FLOATS:
+    red("logsumexp", T(dt, rnd((3, 4))), "whole/" + dt, tol=HALF_TOL.get(dt))
+for d, k in ((0, False), (1, True), (-1, False)):
+    red("logsumexp", T("f32", rnd((3, 4))), "dim%d_keep%d/f32" % (d, k), dim=d, keepdim=k)
+red("logsumexp", T("f32", [[1000.0, 1000.0, 999.0], [-1000.0, -1001.0, -1000.5]]), "large",
+    dim=1)
+red("logsumexp", T("f64", [[-np.inf, -np.inf], [np.inf, 1.0]]), "inf_rows", dim=1)
+red("logsumexp", T("f32", [1.0, np.nan]), "nan")
+red("logsumexp", T("f32", np.zeros((0, 2))), "empty/whole")
+red("logsumexp", T("f32", np.zeros((0, 2))), "empty/dim0", dim=0)
+red("logsumexp", T("f32", 0.5), "0d/dim0", dim=0)
+red("logsumexp", T("f32", rnd((4, 6)), view=("slice", 1, 0, 6, 2)), "view/slice_dim1", dim=1)
+red_err("logsumexp", T("i64", [1, 2]), "int", "EM_ERR_DTYPE")
+
+# ---- cumsum ----
+for dt in FLOATS:
+    _add("cumsum", [T(dt, rnd((3, 4)))], "dim1/" + dt, r_cumsum, params={"dim": 1},
+         tol=HALF_TOL.get(dt))
+for dt in ("i64", "i32", "u8"):
+    _add("cumsum", [T(dt, rndi((3, 4), 0, 9))], "dim0/" + dt, r_cumsum, params={"dim": 0},
+         out="i64")
+_add("cumsum", [T("f32", rnd((2, 3, 4)))], "dim-2", r_cumsum, params={"dim": -2})
+_add("cumsum", [T("f32", rnd((4, 3)), view=("transpose", 0, 1))], "view/transpose",
+     r_cumsum, params={"dim": 1})
+_add("cumsum", [T("f64", rnd((5, 2)), view=("flip", [0]))], "view/flip", r_cumsum,
+     params={"dim": 0})
+_add("cumsum", [T("f32", 3.0)], "0d", r_cumsum, params={"dim": 0})
+_add("cumsum", [T("f32", np.zeros((0, 3)))], "empty", r_cumsum, params={"dim": 1})
+_add("cumsum", [T("bool", [True, False])], "bool", params={"dim": 0}, error="EM_ERR_DTYPE")
+_add("cumsum", [T("f32", rnd((2, 2)))], "dim_out_of_range", params={"dim": -3},
+     error="EM_ERR_ARG")
+
+# ---- softmax / log_softmax ----
+for op, ref in (("softmax", r_softmax), ("log_softmax", r_log_softmax)):
+    for dt in FLOATS:
+        _add(op, [T(dt, rnd((3, 5)))], "dim-1/" + dt, ref, params={"dim": -1})
+    _add(op, [T("f32", rnd((3, 4, 2)))], "dim0", ref, params={"dim": 0})
+    _add(op, [T("f64", rnd((3, 4, 2)))], "dim1", ref, params={"dim": 1})
+    _add(op, [T("f32", [[1000.0, 999.0, -1000.0], [-1e4, -1e4, -1e4]])], "large", ref,
+         params={"dim": 1})
+    _add(op, [T("f32", [[-np.inf, 0.0, 1.0], [2.0, -np.inf, -np.inf]])], "neg_inf", ref,
+         params={"dim": 1})
+    _add(op, [T("f32", [[1.0, np.nan], [1.0, 2.0]])], "nan", ref, params={"dim": 1})
+    _add(op, [T("f32", 2.0)], "0d", ref, params={"dim": 0})
+    _add(op, [T("f32", np.zeros((2, 0)))], "empty", ref, params={"dim": 1})
+    _add(op, [T("f32", rnd((4, 3)), view=("transpose", 0, 1))], "view/transpose", ref,
+         params={"dim": 1})
+    _add(op, [T("f32", rnd((1, 4)), view=("expand", [3, 4]))], "view/expand", ref,
+         params={"dim": 0})
+    _add(op, [T("i32", [1, 2])], "int", params={"dim": 0}, error="EM_ERR_DTYPE")
+
+
+# ---- matmul ----
+def r_matmul(a, b):
+    return np.matmul(a, b)
+
+
+def mm(name, a, b, tol=None):
+    _add("matmul", [a, b], name, r_matmul, tol=tol)
+
+
+def mm_err(name, a, b, error):
+    _add("matmul", [a, b], name, error=error)
+
+
+for dt in FLOATS:
+    mm("2d/" + dt, T(dt, rnd((3, 4))), T(dt, rnd((4, 5))), tol=HALF_TOL.get(dt))
+for dt in ("i64", "i32", "i8"):
+    mm("2d/" + dt, T(dt, rndi((3, 4))), T(dt, rndi((4, 2))))
+mm("i32_wraps", T("i32", [[2**20, 2**20]]), T("i32", [[2**12], [2**12]]))
+mm("1d_2d", T("f32", rnd((4,))), T("f32", rnd((4, 3))))
+mm("2d_1d", T("f32", rnd((2, 4))), T("f32", rnd((4,))))
+mm("1d_1d", T("f64", rnd((5,))), T("f64", rnd((5,))))
+mm("1d_3d", T("f32", rnd((3,))), T("f32", rnd((2, 3, 4))))
+mm("3d_1d", T("f32", rnd((2, 3, 4))), T("f32", rnd((4,))))
+mm("batched", T("f32", rnd((2, 3, 4))), T("f32", rnd((2, 4, 5))))
+mm("batch_bcast_3d_2d", T("f32", rnd((2, 3, 4))), T("f32", rnd((4, 2))))
+mm("batch_bcast_2d_3d", T("f64", rnd((3, 4))), T("f64", rnd((2, 4, 2))))
+mm("batch_bcast_both", T("f32", rnd((2, 1, 3, 4))), T("f32", rnd((3, 4, 2))))
+mm("batch_bcast_i64", T("i64", rndi((1, 2, 2, 3))), T("i64", rndi((2, 1, 3, 2))))
+mm("view/transpose_a", T("f32", rnd((4, 3)), view=("transpose", 0, 1)), T("f32", rnd((4, 2))))
+mm("view/transpose_b", T("f32", rnd((2, 4))), T("f32", rnd((5, 4)), view=("transpose", 0, 1)))
+mm("view/slice_a", T("f64", rnd((6, 3)), view=("slice", 0, 0, 6, 2)), T("f64", rnd((3, 3))))
+mm("view/expand_b", T("f32", rnd((2, 3, 4))),
+   T("f32", rnd((1, 4, 2)), view=("expand", [2, 4, 2])))
+mm("view/flip_b", T("f32", rnd((2, 3))), T("f32", rnd((3, 2)), view=("flip", [0])))
+mm("k0", T("f32", np.zeros((2, 0))), T("f32", np.zeros((0, 3))))
+mm("k0_1d", T("i64", np.zeros((0,), dtype=np.int64)), T("i64", np.zeros((0,), dtype=np.int64)))
+mm("m0", T("f32", np.zeros((0, 3))), T("f32", rnd((3, 2))))
+mm("batch0", T("f32", np.zeros((0, 2, 3))), T("f32", rnd((3, 2))))
+mm_err("inner_mismatch", T("f32", rnd((2, 3))), T("f32", rnd((4, 5))), "EM_ERR_SHAPE")
+mm_err("1d_mismatch", T("f32", rnd((3,))), T("f32", rnd((4,))), "EM_ERR_SHAPE")
+mm_err("batch_mismatch", T("f32", rnd((2, 2, 3))), T("f32", rnd((3, 3, 2))), "EM_ERR_SHAPE")
+mm_err("0d", T("f32", 1.0), T("f32", rnd((3,))), "EM_ERR_SHAPE")
+mm_err("bool", T("bool", [[True]]), T("bool", [[False]]), "EM_ERR_DTYPE")
+mm_err("dtype_mismatch", T("f32", rnd((2, 2))), T("f64", rnd((2, 2))), "EM_ERR_DTYPE")

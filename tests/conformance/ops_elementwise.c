@@ -1,0 +1,132 @@
+/*
+ * The elementwise family's wrappers for the conformance runner: one per op name.
+ * Params: "s" (the scalar of the *_scalar ops), "lo"/"hi" (clamp; absent means no bound),
+ * "value" (masked_fill). The consuming `_` ops run on a clone of input 0, so that they take
+ * their in-place path on every backend.
+ */
+#include <math.h>
+
+#include "conformance.h"
+
+/* A unary op: in[0]. */
+#define W_UNARY(name)                                                                        \
+    static em_status w_##name(em_tensor *const *in, int nin, const conf_params *p,           \
+                              em_tensor **out, int *nout) {                                  \
+        (void)p;                                                                             \
+        *nout = 1;                                                                           \
+        if (nin < 1) return EM_ERR_ARG;                                                      \
+        return em_##name(in[0], &out[0]);                                                    \
+    }
+
+/* A binary op: in[0], in[1]. */
+#define W_BINARY(name)                                                                       \
+    static em_status w_##name(em_tensor *const *in, int nin, const conf_params *p,           \
+                              em_tensor **out, int *nout) {                                  \
+        (void)p;                                                                             \
+        *nout = 1;                                                                           \
+        if (nin < 2) return EM_ERR_ARG;                                                      \
+        return em_##name(in[0], in[1], &out[0]);                                             \
+    }
+
+/* A scalar op: in[0] and param "s". */
+#define W_SCALAR(name)                                                                       \
+    static em_status w_##name(em_tensor *const *in, int nin, const conf_params *p,           \
+                              em_tensor **out, int *nout) {                                  \
+        *nout = 1;                                                                           \
+        if (nin < 1) return EM_ERR_ARG;                                                      \
+        return em_##name(in[0], conf_f64(p, "s", 0.0), &out[0]);                             \
+    }
+
+/* A consuming binary op applied to a clone of in[0] (which it then owns). */
+#define W_BINARY_(name)                                                                      \
+    static em_status w_##name##_(em_tensor *const *in, int nin, const conf_params *p,        \
+                                 em_tensor **out, int *nout) {                               \
+        (void)p;                                                                             \
+        *nout = 1;                                                                           \
+        if (nin < 2) return EM_ERR_ARG;                                                      \
+        em_tensor *c = NULL;                                                                 \
+        em_status s = em_clone(in[0], &c);                                                   \
+        if (s != EM_OK) return s;                                                            \
+        return em_##name##_(c, in[1], &out[0]);                                              \
+    }
+
+/* A consuming scalar op applied to a clone of in[0]. */
+#define W_SCALAR_(name)                                                                      \
+    static em_status w_##name##_(em_tensor *const *in, int nin, const conf_params *p,        \
+                                 em_tensor **out, int *nout) {                               \
+        *nout = 1;                                                                           \
+        if (nin < 1) return EM_ERR_ARG;                                                      \
+        em_tensor *c = NULL;                                                                 \
+        em_status s = em_clone(in[0], &c);                                                   \
+        if (s != EM_OK) return s;                                                            \
+        return em_##name##_(c, conf_f64(p, "s", 0.0), &out[0]);                              \
+    }
+
+W_UNARY(neg) W_UNARY(abs) W_UNARY(exp) W_UNARY(log) W_UNARY(log1p) W_UNARY(sqrt)
+W_UNARY(rsqrt) W_UNARY(sin) W_UNARY(cos) W_UNARY(tanh) W_UNARY(sigmoid) W_UNARY(relu)
+W_UNARY(gelu) W_UNARY(silu) W_UNARY(erf) W_UNARY(floor) W_UNARY(ceil) W_UNARY(round)
+W_UNARY(recip) W_UNARY(sign) W_UNARY(logical_not)
+
+W_BINARY(add) W_BINARY(sub) W_BINARY(mul) W_BINARY(div) W_BINARY(pow) W_BINARY(remainder)
+W_BINARY(maximum) W_BINARY(minimum)
+W_BINARY(eq) W_BINARY(ne) W_BINARY(lt) W_BINARY(le) W_BINARY(gt) W_BINARY(ge)
+W_BINARY(logical_and) W_BINARY(logical_or)
+
+W_SCALAR(add_scalar) W_SCALAR(sub_scalar) W_SCALAR(mul_scalar) W_SCALAR(div_scalar)
+W_SCALAR(pow_scalar) W_SCALAR(remainder_scalar) W_SCALAR(maximum_scalar)
+W_SCALAR(minimum_scalar) W_SCALAR(eq_scalar) W_SCALAR(lt_scalar) W_SCALAR(gt_scalar)
+
+W_BINARY_(add) W_BINARY_(sub) W_BINARY_(mul) W_BINARY_(div)
+W_SCALAR_(mul_scalar) W_SCALAR_(add_scalar)
+
+/* relu_ on a clone of in[0]. */
+static em_status w_relu_(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                         int *nout) {
+    (void)p;
+    *nout = 1;
+    if (nin < 1) return EM_ERR_ARG;
+    em_tensor *c = NULL;
+    em_status s = em_clone(in[0], &c);
+    if (s != EM_OK) return s;
+    return em_relu_(c, &out[0]);
+}
+
+/* clamp(in[0], lo, hi); an absent bound is infinite. */
+static em_status w_clamp(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                         int *nout) {
+    *nout = 1;
+    if (nin < 1) return EM_ERR_ARG;
+    return em_clamp(in[0], conf_f64(p, "lo", -INFINITY), conf_f64(p, "hi", INFINITY), &out[0]);
+}
+
+/* where(in[0] cond, in[1], in[2]). */
+static em_status w_where(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                         int *nout) {
+    (void)p;
+    *nout = 1;
+    if (nin < 3) return EM_ERR_ARG;
+    return em_where(in[0], in[1], in[2], &out[0]);
+}
+
+/* masked_fill(in[0] x, in[1] mask, value). */
+static em_status w_masked_fill(em_tensor *const *in, int nin, const conf_params *p,
+                               em_tensor **out, int *nout) {
+    *nout = 1;
+    if (nin < 2) return EM_ERR_ARG;
+    return em_masked_fill(in[0], in[1], conf_f64(p, "value", 0.0), &out[0]);
+}
+
+#define E(name) {#name, w_##name}
+
+const conf_op conf_ops_elementwise[] = {
+    E(neg), E(abs), E(exp), E(log), E(log1p), E(sqrt), E(rsqrt), E(sin), E(cos), E(tanh),
+    E(sigmoid), E(relu), E(gelu), E(silu), E(erf), E(floor), E(ceil), E(round), E(recip),
+    E(sign), E(clamp), E(logical_not),
+    E(add), E(sub), E(mul), E(div), E(pow), E(remainder), E(maximum), E(minimum),
+    E(add_scalar), E(sub_scalar), E(mul_scalar), E(div_scalar), E(pow_scalar),
+    E(remainder_scalar), E(maximum_scalar), E(minimum_scalar),
+    E(add_), E(sub_), E(mul_), E(div_), E(mul_scalar_), E(add_scalar_), E(relu_),
+    E(eq), E(ne), E(lt), E(le), E(gt), E(ge), E(eq_scalar), E(lt_scalar), E(gt_scalar),
+    E(logical_and), E(logical_or), E(where), E(masked_fill),
+    {NULL, NULL},
+};

@@ -1,0 +1,96 @@
+/*
+ * The reduce family's wrappers for the conformance runner: the reductions, cumsum, softmax,
+ * log_softmax, and matmul.
+ *
+ * Params: "dim" (absent: the whole-tensor form), "keepdim" (default false), "correction"
+ * (var only, default 1).
+ */
+#include <stddef.h>
+
+#include "conformance.h"
+
+#define NO_DIM INT64_MIN
+
+typedef em_status (*whole_fn)(const em_tensor *, em_tensor **);
+typedef em_status (*dim_fn)(const em_tensor *, int, bool, em_tensor **);
+
+/** Calls the whole form when "dim" is absent, else the _dim form. */
+static em_status red(whole_fn w, dim_fn d, em_tensor *const *in, const conf_params *p,
+                     em_tensor **out, int *nout) {
+    int64_t dim = conf_int(p, "dim", NO_DIM);
+    *nout = 1;
+    if (dim == NO_DIM) return w(in[0], &out[0]);
+    return d(in[0], (int)dim, conf_bool(p, "keepdim", false), &out[0]);
+}
+
+#define RED_WRAPPER(name)                                                                    \
+    static em_status w_##name(em_tensor *const *in, int nin, const conf_params *p,         \
+                              em_tensor **out, int *nout) {                                \
+        (void)nin;                                                                         \
+        return red(em_##name, em_##name##_dim, in, p, out, nout);                          \
+    }
+
+RED_WRAPPER(sum)
+RED_WRAPPER(mean)
+RED_WRAPPER(prod)
+RED_WRAPPER(max)
+RED_WRAPPER(min)
+RED_WRAPPER(argmax)
+RED_WRAPPER(argmin)
+RED_WRAPPER(logsumexp)
+
+static em_status w_var(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                       int *nout) {
+    (void)nin;
+    int64_t dim = conf_int(p, "dim", NO_DIM);
+    int corr = (int)conf_int(p, "correction", 1);
+    *nout = 1;
+    if (dim == NO_DIM) return em_var(in[0], corr, &out[0]);
+    return em_var_dim(in[0], (int)dim, corr, conf_bool(p, "keepdim", false), &out[0]);
+}
+
+static em_status w_cumsum(em_tensor *const *in, int nin, const conf_params *p,
+                          em_tensor **out, int *nout) {
+    (void)nin;
+    *nout = 1;
+    return em_cumsum(in[0], (int)conf_int(p, "dim", 0), &out[0]);
+}
+
+static em_status w_softmax(em_tensor *const *in, int nin, const conf_params *p,
+                           em_tensor **out, int *nout) {
+    (void)nin;
+    *nout = 1;
+    return em_softmax(in[0], (int)conf_int(p, "dim", -1), &out[0]);
+}
+
+static em_status w_log_softmax(em_tensor *const *in, int nin, const conf_params *p,
+                               em_tensor **out, int *nout) {
+    (void)nin;
+    *nout = 1;
+    return em_log_softmax(in[0], (int)conf_int(p, "dim", -1), &out[0]);
+}
+
+static em_status w_matmul(em_tensor *const *in, int nin, const conf_params *p,
+                          em_tensor **out, int *nout) {
+    (void)nin;
+    (void)p;
+    *nout = 1;
+    return em_matmul(in[0], in[1], &out[0]);
+}
+
+const conf_op conf_ops_reduce[] = {
+    {"sum", w_sum},
+    {"mean", w_mean},
+    {"prod", w_prod},
+    {"max", w_max},
+    {"min", w_min},
+    {"argmax", w_argmax},
+    {"argmin", w_argmin},
+    {"var", w_var},
+    {"logsumexp", w_logsumexp},
+    {"cumsum", w_cumsum},
+    {"softmax", w_softmax},
+    {"log_softmax", w_log_softmax},
+    {"matmul", w_matmul},
+    {NULL, NULL},
+};
