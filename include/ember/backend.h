@@ -11,9 +11,9 @@
  *     A kernel is only ever called with valid arguments, so kernels do no checking beyond
  *     what their runtime can fail at (an out-of-memory device, a driver error).
  *   - Views (em_view) describe a tensor inside a buffer: shape, strides in elements (0 for a
- *     broadcast dim, negative for a flipped one) and an element offset. Outputs are always
+ *     broadcast dim, negative for a flipped one) and an element offset. Outputs are
  *     fresh, contiguous, row-major views unless an op is written in place (then the output
- *     view is the input's, also contiguous). Inputs may be any strided view unless the
+ *     view is the input's, also contiguous), except for `copy`, whose output may be any view. Inputs may be any strided view unless the
  *     backend clears EM_CAP_STRIDED_INPUTS, in which case the core passes contiguous
  *     inputs (it copies with `copy` first, and `copy` must accept strided inputs).
  *   - Binary kernels get both inputs already broadcast to the output's shape (stride-0
@@ -129,7 +129,9 @@ typedef struct em_backend_ops {
                         const double *params);
 
     /* ---- elementwise ---- */
-    /** Strided copy with dtype conversion (out and in have one shape). Also the cast. */
+    /** Strided copy with dtype conversion (out and in have one shape). Also the cast. `out`
+     *  may be a strided view too (any strides, negative ones included): cat, stack,
+     *  slice_assign and repeat write through views of a fresh output. */
     em_status (*copy)(void *ctx, const em_view *out, const em_view *in);
     em_status (*unary)(void *ctx, em_unary_op op, const em_view *out, const em_view *in,
                        const double *params);

@@ -272,7 +272,8 @@ em_status em_dequantize(const em_tensor *q, em_tensor **out);
  *               floats is true division; mean var logsumexp softmax log_softmax, the neural ops.
  *   numeric (float or int): add sub mul div remainder maximum minimum neg abs relu sign clamp
  *               floor ceil round (identity on ints), sum prod max min argmax argmin cumsum,
- *               matmul, comparisons (bool also for eq/ne).
+ *               matmul, comparisons (bool also for eq/ne). sum, prod and cumsum of an int
+ *               tensor give EM_I64, like PyTorch.
  *   bool: logical_and logical_or logical_not; the condition of where and masked_fill.
  * Integer division floors (like Python's //) and remainder takes the divisor's sign (like
  * Python's %); an integer division or remainder by zero gives 0.
@@ -464,7 +465,8 @@ typedef struct em_conv_params {
 /** stride 1, padding 0, dilation 1, output_padding 0, groups 1. */
 em_conv_params em_conv_params_default(void);
 
-/** x [N, C, L], w [O, C/groups, K], bias [O] or NULL. */
+/** x [N, C, L], w [O, C/groups, K], bias [O] or NULL. For all three convolutions p may be
+ *  NULL, meaning em_conv_params_default(). */
 em_status em_conv1d(const em_tensor *x, const em_tensor *w, const em_tensor *bias,
                     const em_conv_params *p, em_tensor **out);
 /** x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or NULL. */
@@ -488,7 +490,8 @@ typedef struct em_pool_params {
 em_status em_max_pool2d(const em_tensor *x, const em_pool_params *p, em_tensor **out,
                         em_tensor **indices);
 em_status em_avg_pool2d(const em_tensor *x, const em_pool_params *p, em_tensor **out);
-/** x [N, C, H, W] averaged into [N, C, oh, ow] bins as torch.nn.AdaptiveAvgPool2d. */
+/** x [N, C, H, W] averaged into [N, C, oh, ow] bins as torch.nn.AdaptiveAvgPool2d; oh and ow
+ *  must be >= 1 (EM_ERR_ARG otherwise). */
 em_status em_adaptive_avg_pool2d(const em_tensor *x, int64_t oh, int64_t ow, em_tensor **out);
 /** Rows of weight [V, D] picked by an integer tensor: out shape idx.shape + [D]. */
 em_status em_embedding(const em_tensor *weight, const em_tensor *idx, em_tensor **out);

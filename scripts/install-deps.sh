@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# scripts/install-deps.sh — installs the Debian packages ember needs to build and test,
+# only those that are missing, without questions (as root, or through sudo).
+#
+#   cmake, ninja-build, gcc, pkg-config   the build
+#   clang, libclang-rt-dev                 the libFuzzer target (libFuzzer's runtime is in
+#                                          libclang-rt-dev, which clang only recommends)
+#   libcmocka-dev                          the unit tests
+#   python3-numpy                          generating the conformance table's golden data
+set -euo pipefail
+
+packages=(cmake ninja-build gcc clang libclang-rt-dev pkg-config libcmocka-dev python3-numpy)
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-deps: this script needs Debian or Ubuntu (apt-get, dpkg-query)." >&2
+    echo "install-deps: install these yourself: ${packages[*]}" >&2
+    exit 1
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    [ "$status" = installed ] || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages are installed"
+    exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+    as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+    as_root=(sudo)
+else
+    echo "install-deps: missing ${missing[*]}, and not root and no sudo to install them" >&2
+    exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    --no-install-recommends -o Dpkg::Use-Pty=0 "${missing[@]}"

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# scripts/test.sh — sets up and runs every test of ember:
+#   1. installs the Debian packages it needs (scripts/install-deps.sh),
+#   2. checks that tests/conformance/golden.txt matches what gen_golden.py makes now,
+#   3. a gcc build with -Werror, and ctest (unit tests and the conformance table),
+#   4. a build with -fsanitize=address,undefined, and ctest again,
+#   5. installs that build to a temporary prefix and builds examples/hello.c against it,
+#      once with find_package(ember) and once with pkg-config,
+#   6. with clang present, the libFuzzer target for ~30 s.
+# Exits non-zero on the first failure. Build trees go under build/ (ignored by git).
+# Environment: JOBS (default 2), FUZZ_SECONDS (default 30).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=${JOBS:-2}
+fuzz_seconds=${FUZZ_SECONDS:-30}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+step() { printf '\n==== %s\n' "$*"; }
+
+step "dependencies"
+bash scripts/install-deps.sh
+
+step "golden data is fresh"
+/usr/bin/python3 tests/conformance/gen_golden.py --out "$tmp/golden.txt"
+if ! cmp -s "$tmp/golden.txt" tests/conformance/golden.txt; then
+    echo "tests/conformance/golden.txt is stale; regenerate it with"
+    echo "  /usr/bin/python3 tests/conformance/gen_golden.py"
+    diff -u tests/conformance/golden.txt "$tmp/golden.txt" | head -n 40 || true
+    exit 1
+fi
+echo "golden.txt matches tests/conformance/cases/"
+
+step "gcc, -Werror: build and ctest"
+cmake -S . -B build/werror -G Ninja -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DEMBER_WERROR=ON
+cmake --build build/werror -j "$jobs"
+ctest --test-dir build/werror --output-on-failure -j "$jobs" | tee "$tmp/ctest-werror.log"
+
+step "gcc, address and undefined sanitizers: build and ctest"
+cmake -S . -B build/asan -G Ninja -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug \
+    -DEMBER_WERROR=ON -DEMBER_SANITIZE=address,undefined
+cmake --build build/asan -j "$jobs"
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    ctest --test-dir build/asan --output-on-failure -j "$jobs" | tee "$tmp/ctest-asan.log"
+
+step "installed package: find_package(ember) and pkg-config"
+cmake --install build/werror --prefix "$tmp/prefix" >/dev/null
+mkdir -p "$tmp/consumer"
+cat >"$tmp/consumer/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.25)
+project(consumer C)
+find_package(ember REQUIRED)
+add_executable(hello $root/examples/hello.c)
+target_link_libraries(hello PRIVATE ember::ember)
+CMAKE
+cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix"
+cmake --build "$tmp/consumer/build"
+"$tmp/consumer/build/hello"
+pcdir=$(dirname "$(find "$tmp/prefix" -name ember.pc | head -n 1)")
+libdir=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=libdir ember)
+# shellcheck disable=SC2046
+gcc -std=c11 -o "$tmp/hello-pc" examples/hello.c $(PKG_CONFIG_PATH=$pcdir pkg-config --cflags --libs ember)
+LD_LIBRARY_PATH=$libdir "$tmp/hello-pc"
+
+step "libFuzzer: fuzz_device_parse for ${fuzz_seconds} s"
+if command -v clang >/dev/null 2>&1; then
+    cmake -S . -B build/fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DEMBER_BUILD_FUZZ=ON -DEMBER_BUILD_TESTS=OFF -DEMBER_BUILD_TOOLS=OFF
+    cmake --build build/fuzz -j "$jobs" --target fuzz_device_parse
+    mkdir -p "$tmp/corpus"
+    # new inputs go to the first (temporary) directory; the committed seeds are only read
+    build/fuzz/tests/fuzz/fuzz_device_parse -max_total_time="$fuzz_seconds" -timeout=10 \
+        -print_final_stats=1 "$tmp/corpus" tests/fuzz/corpus/device_parse
+else
+    echo "clang not found: skipping the fuzz run"
+fi
+
+step "all tests passed"
+# One closing line for the whole run: the ctest tests of both builds (each conformance run
+# is one of them), plus the installed-package check.
+total=0
+for log in "$tmp/ctest-werror.log" "$tmp/ctest-asan.log"; do
+    n=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n 1)
+    total=$((total + ${n:-0}))
+done
+echo "ember: $((total + 1)) passed, 0 failed"

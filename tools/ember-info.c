@@ -1,0 +1,129 @@
+/*
+ * ember-info — what this build of ember has: its version, the backends compiled in, the
+ * devices present on this machine, the default device, and for each backend the kernels it
+ * implements natively (the non-NULL slots of its em_backend_ops).
+ *
+ * Usage: ember-info
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/backend.h"
+#include "ember/ember.h"
+
+/** One slot of the table: its name, whether the backend fills it, and for slots that take
+ *  an op enum, how many ops that enum has (0 otherwise). */
+typedef struct slot {
+    const char *name;
+    bool present;
+    int ops;
+} slot;
+
+/** Lists the kernel slots of `o` into out (at most cap); returns how many. */
+static int list_slots(const em_backend_ops *o, slot *out, int cap) {
+#define S(field, nops) {#field, o->field != NULL, nops}
+    const slot all[] = {
+        S(fill, 0),          S(arange, 0),        S(random, EM_RAND_COUNT), S(copy, 0),
+        S(unary, EM_UN_COUNT), S(binary, EM_BIN_COUNT), S(binary_scalar, EM_BIN_COUNT),
+        S(where, 0),         S(reduce, EM_RED_COUNT), S(cumsum, 0),
+        S(softmax, 0),       S(matmul, 0),        S(gather, 0),
+        S(scatter_add, 0),   S(index_select, 0),  S(sort, 0),
+        S(conv2d, 0),        S(conv_transpose2d, 0), S(max_pool2d, 0),
+        S(avg_pool2d, 0),    S(adaptive_avg_pool2d, 0), S(layer_norm, 0),
+    };
+#undef S
+    int n = (int)(sizeof all / sizeof all[0]);
+    if (n > cap) n = cap;
+    memcpy(out, all, sizeof(slot) * (size_t)n);
+    return n;
+}
+
+/** Prints the capability bits of a backend. */
+static void print_caps(uint32_t caps) {
+    printf("    capabilities:");
+    if (caps & EM_CAP_STRIDED_INPUTS) printf(" strided-inputs");
+    if (caps & EM_CAP_HOST_MEMORY) printf(" host-memory");
+    if (caps & EM_CAP_ASYNC) printf(" async");
+    if (!(caps & (EM_CAP_STRIDED_INPUTS | EM_CAP_HOST_MEMORY | EM_CAP_ASYNC))) printf(" none");
+    printf("\n");
+}
+
+/** Prints one backend: its devices, capabilities, and native kernels. */
+static void print_backend(const em_backend_ops *o) {
+    int count = o->device_count();
+    printf("  %-10s id %-2d  ", o->name, (int)o->id);
+    if (count == 0) printf("compiled in, no device\n");
+    else printf("%d device%s\n", count, count == 1 ? "" : "s");
+    print_caps(o->caps);
+    printf("    sync: %s, memory stats: %s\n", o->sync ? "yes" : "no (synchronous)",
+           o->memory ? "yes" : "no");
+    slot s[64];
+    int n = list_slots(o, s, 64), have = 0;
+    printf("    native:");
+    for (int i = 0; i < n; i++) {
+        if (!s[i].present) continue;
+        have++;
+        if (s[i].ops) printf(" %s(%d ops)", s[i].name, s[i].ops);
+        else printf(" %s", s[i].name);
+    }
+    printf("%s\n    missing:", have ? "" : " (none)");
+    int missing = 0;
+    for (int i = 0; i < n; i++)
+        if (!s[i].present) {
+            printf(" %s", s[i].name);
+            missing++;
+        }
+    printf("%s\n", missing ? "" : " (none)");
+    printf("    %d of %d kernel slots native\n", have, n);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        fprintf(stderr, "usage: %s\n  prints the version, backends, devices and native kernels\n",
+                argv[0]);
+        return strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ? 0 : 2;
+    }
+    printf("ember %s (backend ABI %u)\n\n", em_version(), EM_BACKEND_ABI_VERSION);
+
+    printf("Backends compiled in:\n");
+    int compiled = 0;
+    for (int b = 0; b < EM_BACKEND_MAX; b++) {
+        const em_backend_ops *o = em_backend_get((em_backend)b);
+        if (!o) continue;
+        compiled++;
+        print_backend(o);
+    }
+    printf("Not in this build:");
+    for (int b = 0; b <= EM_BACKEND_CAPTURE; b++)
+        if (!em_backend_get((em_backend)b)) printf(" %s", em_backend_name((em_backend)b));
+    printf("\n\n");
+
+    size_t count = 0;
+    if (em_devices(NULL, 0, &count) != EM_OK) {
+        fprintf(stderr, "ember-info: em_devices: %s\n", em_last_error());
+        return 1;
+    }
+    em_device *list = calloc(count ? count : 1, sizeof *list);
+    if (!list || em_devices(list, count, &count) != EM_OK) {
+        fprintf(stderr, "ember-info: em_devices: %s\n", em_last_error());
+        free(list);
+        return 1;
+    }
+    printf("Devices present (%zu):\n", count);
+    for (size_t i = 0; i < count; i++) {
+        char name[64];
+        if (em_device_name(list[i], name, sizeof name) != EM_OK) snprintf(name, sizeof name, "?");
+        printf("  %s\n", name);
+    }
+    free(list);
+
+    char def[64];
+    em_device d = em_device_default();
+    if (em_device_name(d, def, sizeof def) != EM_OK) snprintf(def, sizeof def, "?");
+    const char *env = getenv("EMBER_DEVICE");
+    printf("\nDefault device: %s", def);
+    if (env && *env) printf("  (EMBER_DEVICE=%s)", env);
+    printf("\n");
+    return compiled > 0 ? 0 : 1;
+}
