@@ -117,6 +117,8 @@ typedef struct em_backend_ops {
     em_status (*sync)(void *ctx);
     /** Bytes in use and peak bytes of this device's allocator. May be NULL. */
     void (*memory)(void *ctx, size_t *in_use, size_t *peak);
+    /** Sets the peak to the bytes in use now. May be NULL (then so is memory). */
+    void (*memory_reset_peak)(void *ctx);
 
     /* ---- creation ---- */
     /** out[...] = value (converted to out's dtype). */

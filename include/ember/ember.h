@@ -521,6 +521,64 @@ em_status em_rand_normal(const int64_t *shape, int rank, em_dtype dt, double mea
 em_status em_rand_bernoulli(const int64_t *shape, int rank, em_dtype dt, double p,
                             uint64_t seed, em_device dev, em_tensor **out);
 
+/* ======================================================================================
+ * 8. Autodiff
+ *
+ * Wrap any device with em_device_autodiff (or write "cpu+autodiff", "ref+autodiff:balanced").
+ * Float tensors created there are tracked: every op on them is recorded, in the dispatch
+ * path, and em_backward walks the record back to the leaves. Int, bool and quantized tensors
+ * there are untracked values that still report the autodiff device, so that a float derived
+ * from them (a one-hot cast to float) joins the graph as a constant.
+ *
+ *   - A tracked tensor's strategy is em_tensor_checkpointing(t). Two tracked inputs of one op
+ *     with different strategies fail with EM_ERR_STATE naming both; an untracked input mixed
+ *     with tracked ones is a constant of the graph (it is promoted to the tracked strategy).
+ *     Inputs must share the inner device (backend and index); the autodiff flag may differ.
+ *   - EM_CKPT_BALANCED keeps the outputs of compute-bound ops (matmul, conv) and recomputes
+ *     memory-bound ones (elementwise, activations, layout) during backward, to cut peak
+ *     memory. Gradients equal those of EM_CKPT_DISABLED.
+ *   - Gradients are untracked tensors on the inner device that carry the strategy's mark.
+ * ====================================================================================== */
+
+typedef struct em_grads em_grads;
+
+/** Marks a tracked leaf (a float tensor created on an autodiff device, not the result of an
+ *  op) so that em_backward collects its gradient. EM_ERR_STATE for an untracked tensor or a
+ *  non-leaf. */
+em_status em_tensor_require_grad(em_tensor *t);
+/** True for a leaf marked with em_tensor_require_grad. */
+bool em_tensor_requires_grad(const em_tensor *t);
+/** True when t is part of a graph (tracked by autodiff). */
+bool em_tensor_is_tracked(const em_tensor *t);
+/** An untracked view of t sharing its data: float tensors move to the inner device and keep
+ *  their checkpointing mark, so that they can be promoted back when mixed with tracked ones.
+ *  A new reference. */
+em_status em_tensor_detach(const em_tensor *t, em_tensor **out);
+
+/** Computes the gradients of loss (a tracked tensor with one element) with respect to every
+ *  leaf that requires grad, into *out (release with em_grads_release). The tape is freed: a
+ *  second backward through the same graph is EM_ERR_STATE. EM_ERR_STATE also for an untracked
+ *  loss, EM_ERR_SHAPE for a loss of more than one element. */
+em_status em_backward(const em_tensor *loss, em_grads **out);
+/** The gradient of param (a new reference, param's shape and dtype, on its inner device), or
+ *  *out = NULL (and EM_OK) when param received none. */
+em_status em_grads_get(const em_grads *g, const em_tensor *param, em_tensor **out);
+/** Frees a gradient set. NULL is a no-op. */
+void em_grads_release(em_grads *g);
+
+/* ---- memory, from the backends' allocators ---- */
+
+typedef struct em_memory_stats {
+    size_t bytes_in_use; /* allocated by this device's backend now */
+    size_t peak_bytes;   /* the most in use since the last reset */
+} em_memory_stats;
+
+/** The memory use of a device (its inner device for autodiff ones). EM_ERR_UNSUPPORTED when
+ *  its backend keeps no count. */
+em_status em_device_memory(em_device dev, em_memory_stats *out);
+/** Sets the device's peak to its current use. */
+em_status em_device_memory_reset_peak(em_device dev);
+
 #ifdef __cplusplus
 }
 #endif

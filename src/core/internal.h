@@ -15,6 +15,8 @@
 
 /* ---- storage and tensor ---- */
 
+typedef struct emi_ad_node emi_ad_node; /* src/autodiff */
+
 /** A backend buffer shared by a tensor and its views. */
 typedef struct emi_storage {
     atomic_int refs;
@@ -32,7 +34,7 @@ struct em_tensor {
     em_quant_scheme scheme;
     em_device dev;
     em_checkpointing ckpt; /* EM_CKPT_NONE: untracked */
-    void *ad;              /* the autodiff node, when tracked (issue 3) */
+    emi_ad_node *ad;       /* the graph node when tracked by autodiff, else NULL */
 };
 
 /* ---- errors ---- */
@@ -94,13 +96,11 @@ static inline em_status emi_check_bool(const char *fn, const em_tensor *t) {
 static inline em_status emi_check_int(const char *fn, const em_tensor *t) {
     return emi_kind(t->dtype) == EM_KIND_INT ? EM_OK : emi_fail_kind(fn, "an int", t);
 }
-/** a and b are on one device ("<fn>: tensors are on different devices: ref and cpu:0"). */
+/** a and b are on one inner device ("<fn>: tensors are on different devices: ref and cpu:0"). */
 static inline em_status emi_check_same_device(const char *fn, const em_tensor *a,
                                               const em_tensor *b) {
-    if (a->dev.backend == b->dev.backend && a->dev.index == b->dev.index &&
-        a->dev.autodiff == b->dev.autodiff &&
-        (!a->dev.autodiff || a->dev.checkpointing == b->dev.checkpointing))
-        return EM_OK;
+    /* One inner device; the autodiff flag may differ (an untracked input is a constant). */
+    if (a->dev.backend == b->dev.backend && a->dev.index == b->dev.index) return EM_OK;
     return emi_fail_devices(fn, a, b);
 }
 /** a and b have one dtype ("<fn>: dtypes differ: f32 and f64"). */
@@ -226,6 +226,9 @@ em_status emi_copy_into(const char *fn, em_tensor *dst, const em_tensor *src);
 
 /** Prefixes this thread's message with "fn: " and returns s. */
 em_status emi_fail_prefixed(em_status s, const char *fn);
+
+/** Drops a tracked tensor's graph node (src/autodiff). */
+void emi_ad_release(em_tensor *t);
 
 /** Thread-safe retain / release of storage. */
 void emi_storage_release(emi_storage *st);

@@ -112,13 +112,11 @@ void em_tensor_retain(em_tensor *t) {
     if (t) atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
 }
 
-/* Defined by the autodiff layer when it exists; a weak no-op until then. */
-void emi_ad_release(em_tensor *t) __attribute__((weak));
 
 void em_tensor_release(em_tensor *t) {
     if (!t) return;
     if (!emi_dec_is_last(&t->refs)) return;
-    if (t->ad && emi_ad_release) emi_ad_release(t);
+    if (t->ad) emi_ad_release(t);
     emi_storage *st = t->st;
     emi_block *own = (emi_block *)((char *)st - offsetof(emi_block, st));
     if (&own->t == t) {

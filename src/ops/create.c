@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "autodiff/autodiff.h"
+#include "autodiff/rules/rules.h"
 
 /* Resolves a device argument for creation calls, prefixing the routing error with fn. */
 static em_status emi_check_device(const char *fn, em_device dev) {
@@ -57,6 +58,11 @@ em_status em_tensor_from_data(const void *data, em_dtype dt, const int64_t *shap
             em_tensor_release(t);
             return s;
         }
+    }
+    em_status s = emi_ad_created(t, dev);
+    if (s != EM_OK) {
+        em_tensor_release(t);
+        return s;
     }
     *out = t;
     return EM_OK;
@@ -132,6 +138,11 @@ static em_status emi_full(const char *fn, const int64_t *shape, int rank, double
             return s;
         }
     }
+    em_status s = emi_ad_created(t, dev);
+    if (s != EM_OK) {
+        em_tensor_release(t);
+        return s;
+    }
     *out = t;
     return EM_OK;
 }
@@ -179,22 +190,30 @@ em_status em_arange(double start, double stop, double step, em_dtype dt, em_devi
             return s;
         }
     }
+    em_status s = emi_ad_created(t, dev);
+    if (s != EM_OK) {
+        em_tensor_release(t);
+        return s;
+    }
     *out = t;
     return EM_OK;
 }
 
 /* ---- converting and moving ---- */
 
-/* A fresh contiguous tensor of dtype dt holding t's values (t's device). */
-static em_status emi_convert(const char *fn, const em_tensor *t, em_dtype dt, em_tensor **out) {
+/* A fresh contiguous tensor of dtype dt holding t's values (t's device), recorded as `rule`. */
+static em_status emi_convert(const char *fn, const em_tensor *t, em_dtype dt,
+                             const emi_ad_rule *rule, em_tensor **out) {
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &t, 1, &ad));
     em_tensor *o;
     EMI_TRY(emi_empty(fn, t->dev, dt, t->v.shape, t->v.rank, &o));
     em_status s = emi_copy_into(fn, o, t);
+    if (s == EM_OK) s = emi_ad_end(&ad, rule, &t, 1, o, &dt, sizeof dt);
     if (s != EM_OK) {
         em_tensor_release(o);
         return s;
     }
-    o->ckpt = t->ckpt;
     *out = o;
     return EM_OK;
 }
@@ -210,7 +229,7 @@ em_status em_cast(const em_tensor *t, em_dtype dt, em_tensor **out) {
         *out = (em_tensor *)t;
         return EM_OK;
     }
-    return emi_convert(fn, t, dt, out);
+    return emi_convert(fn, t, dt, &emi_rule_cast, out);
 }
 
 em_status em_contiguous(const em_tensor *t, em_tensor **out) {
@@ -230,7 +249,7 @@ em_status em_clone(const em_tensor *t, em_tensor **out) {
     EMI_TRY(emi_check_tensor(fn, "t", t));
     EMI_TRY(emi_check_out(fn, out));
     em_tensor *o;
-    EMI_TRY(emi_convert(fn, t, t->v.dtype, &o));
+    EMI_TRY(emi_convert(fn, t, t->v.dtype, &emi_rule_clone, &o));
     o->dtype = t->dtype;
     o->scheme = t->scheme;
     *out = o;
@@ -265,9 +284,26 @@ em_status em_to_device(const em_tensor *t, em_device dev, em_tensor **out) {
         o->dtype = t->dtype;
         o->scheme = t->scheme;
     }
+    o->ad = NULL;
     o->dev = dev;
-    o->ckpt = dev.autodiff && em_dtype_kind(t->dtype) == EM_KIND_FLOAT ? dev.checkpointing
-                                                                       : EM_CKPT_NONE;
+    o->ckpt = EM_CKPT_NONE;
+    em_status s;
+    if (t->ad && dev.autodiff && emi_kind(t->dtype) == EM_KIND_FLOAT) {
+        /* Tracked on both sides: gradients flow back to the source device. */
+        emi_ad_op ad = {true, dev.checkpointing, dev};
+        em_device src = t->dev;
+        src.autodiff = false;
+        src.checkpointing = EM_CKPT_NONE;
+        s = emi_ad_end(&ad, &emi_rule_to_device, &t, 1, o, &src, sizeof src);
+    } else {
+        /* Untracked on arrival: a leaf (a constant) when dev is an autodiff device. */
+        s = emi_ad_created(o, dev);
+        if (s == EM_OK && !dev.autodiff && emi_kind(t->dtype) == EM_KIND_FLOAT) o->ckpt = t->ckpt;
+    }
+    if (s != EM_OK) {
+        em_tensor_release(o);
+        return s;
+    }
     *out = o;
     return EM_OK;
 }
@@ -347,6 +383,5 @@ em_status em_dequantize(const em_tensor *q, em_tensor **out) {
     free(data);
     em_status s = em_tensor_from_data(f, EM_F32, q->v.shape, q->v.rank, q->dev, out);
     free(f);
-    if (s == EM_OK && q->dev.autodiff) (*out)->ckpt = q->dev.checkpointing;
     return s;
 }

@@ -5,6 +5,8 @@
  */
 #include "ops/elementwise.h"
 
+#include "autodiff/rules/rules.h"
+
 /* Evaluates a status expression into `s` and jumps to `done` when it fails. */
 #define EW_TRY(expr)                                                                         \
     do {                                                                                     \
@@ -36,9 +38,11 @@ static bool ew_can_reuse(const em_tensor *t, em_dtype dt, const int64_t *shape, 
 
 /* The output tensor: the consumed input itself when it may be overwritten, else a fresh
  * contiguous one on dev. */
-static em_status ew_output(const char *fn, em_tensor *consumed, em_device dev, em_dtype dt,
-                           const int64_t *shape, int rank, em_tensor **o) {
-    if (consumed && ew_can_reuse(consumed, dt, shape, rank)) {
+static em_status ew_output(const char *fn, em_tensor *consumed, const emi_ad_op *ad,
+                           em_device dev, em_dtype dt, const int64_t *shape, int rank,
+                           em_tensor **o) {
+    /* A recorded op may need its inputs' values in backward: never overwrite them. */
+    if (consumed && !ad->tracked && ew_can_reuse(consumed, dt, shape, rank)) {
         *o = consumed;
         return EM_OK;
     }
@@ -95,12 +99,18 @@ static em_status unary_core(const char *fn, em_unary_op op, ew_kind k, const em_
     const em_backend_ops *ops = x->st->ops;
     EW_TRY(emi_need(fn, ops, ops->unary != NULL, "unary"));
     const em_tensor *ins[1] = {x};
-    EW_TRY(ew_output(fn, consumed, emi_result_device(ins, 1), x->dtype, x->v.shape, x->v.rank,
-                     &o));
+    emi_ad_op ad;
+    EW_TRY(emi_ad_begin(fn, ins, 1, &ad));
+    EW_TRY(ew_output(fn, consumed, &ad, emi_result_device(ins, 1), x->dtype, x->v.shape,
+                     x->v.rank, &o));
     if (emi_numel(x->v.shape, x->v.rank) > 0) {
         em_view vx;
         EW_TRY(emi_input_view(fn, x, &vx, &tx));
         EW_TRY(ops->unary(x->st->ctx, op, &o->v, &vx, params));
+    }
+    if (o != consumed || ad.tracked) {
+        emi_rule_unary_params p = {op, {params ? params[0] : 0, params ? params[1] : 0}};
+        EW_TRY(emi_ad_end(&ad, emi_rules_unary[op], ins, 1, o, &p, sizeof p));
     }
 done:
     em_tensor_release(tx);
@@ -142,8 +152,10 @@ static em_status binary_core(const char *fn, em_binary_op op, ew_kind k, const e
     const em_backend_ops *ops = a->st->ops;
     EW_TRY(emi_need(fn, ops, ops->binary != NULL, "binary"));
     const em_tensor *ins[2] = {a, b};
-    EW_TRY(ew_output(fn, consumed, emi_result_device(ins, 2), binary_out_dtype(op, a->dtype),
-                     shape, rank, &o));
+    emi_ad_op ad;
+    EW_TRY(emi_ad_begin(fn, ins, 2, &ad));
+    EW_TRY(ew_output(fn, consumed, &ad, emi_result_device(ins, 2),
+                     binary_out_dtype(op, a->dtype), shape, rank, &o));
     if (emi_numel(shape, rank) > 0) {
         em_view sa, sb;
         const em_view *va, *vb;
@@ -151,6 +163,8 @@ static em_status binary_core(const char *fn, em_binary_op op, ew_kind k, const e
         EW_TRY(emi_operand(fn, b, shape, rank, &sb, &vb, &tb));
         EW_TRY(ops->binary(a->st->ctx, op, &o->v, va, vb));
     }
+    if (o != consumed || ad.tracked)
+        EW_TRY(emi_ad_end(&ad, emi_rules_binary[op], ins, 2, o, &op, sizeof op));
 done:
     em_tensor_release(ta);
     em_tensor_release(tb);
@@ -180,12 +194,19 @@ static em_status scalar_core(const char *fn, em_binary_op op, ew_kind k, const e
     const em_backend_ops *ops = a->st->ops;
     EW_TRY(emi_need(fn, ops, ops->binary_scalar != NULL, "binary_scalar"));
     const em_tensor *ins[1] = {a};
-    EW_TRY(ew_output(fn, consumed, emi_result_device(ins, 1), binary_out_dtype(op, a->dtype),
-                     a->v.shape, a->v.rank, &o));
+    emi_ad_op ad;
+    EW_TRY(emi_ad_begin(fn, ins, 1, &ad));
+    EW_TRY(ew_output(fn, consumed, &ad, emi_result_device(ins, 1),
+                     binary_out_dtype(op, a->dtype), a->v.shape, a->v.rank, &o));
+    double cs = ew_scalar_cast(a->dtype, sv);
     if (emi_numel(a->v.shape, a->v.rank) > 0) {
         em_view va;
         EW_TRY(emi_input_view(fn, a, &va, &ta));
-        EW_TRY(ops->binary_scalar(a->st->ctx, op, &o->v, &va, ew_scalar_cast(a->dtype, sv)));
+        EW_TRY(ops->binary_scalar(a->st->ctx, op, &o->v, &va, cs));
+    }
+    if (o != consumed || ad.tracked) {
+        emi_rule_scalar_params p = {op, cs};
+        EW_TRY(emi_ad_end(&ad, emi_rules_scalar[op], ins, 1, o, &p, sizeof p));
     }
 done:
     em_tensor_release(ta);
@@ -224,6 +245,8 @@ em_status ew_where(const char *fn, const em_tensor *cond, const em_tensor *a,
     const em_backend_ops *ops = a->st->ops;
     EW_TRY(emi_need(fn, ops, ops->where != NULL, "where"));
     const em_tensor *ins[3] = {a, b, cond};
+    emi_ad_op ad;
+    EW_TRY(emi_ad_begin(fn, ins, 3, &ad));
     EW_TRY(emi_empty(fn, emi_result_device(ins, 3), a->dtype, shape, rank, &o));
     if (emi_numel(shape, rank) > 0) {
         em_view vc, va, vb;
@@ -235,6 +258,7 @@ em_status ew_where(const char *fn, const em_tensor *cond, const em_tensor *a,
         vb = emi_broadcast_view(tb ? tb : b, shape, rank);
         EW_TRY(ops->where(a->st->ctx, &o->v, &vc, &va, &vb));
     }
+    EW_TRY(emi_ad_end(&ad, &emi_rule_where, ins, 3, o, NULL, 0));
 done:
     em_tensor_release(tc);
     em_tensor_release(ta);

@@ -71,6 +71,11 @@ static void ref_memory(void *ctx, size_t *in_use, size_t *peak) {
     if (peak) *peak = atomic_load(&c->peak);
 }
 
+static void ref_memory_reset_peak(void *ctx) {
+    ref_ctx *c = ctx;
+    atomic_store(&c->peak, atomic_load(&c->in_use));
+}
+
 em_status ref_copy(void *ctx, const em_view *out, const em_view *in) {
     ref_iter it;
     ref_iter_init(&it, 2, out, in);
@@ -116,6 +121,7 @@ const em_backend_ops em_ref_backend_ops = {
     .read = ref_read,
     .sync = NULL,
     .memory = ref_memory,
+    .memory_reset_peak = ref_memory_reset_peak,
     .fill = ref_fill,
     .arange = ref_arange,
     .random = ref_random,

@@ -1,0 +1,323 @@
+/* backward.c — the engine: em_backward walks the graph from the loss, runs each node's rule
+ * in reverse topological order, sums gradients where a tensor is used twice, recomputes the
+ * values that BALANCED did not keep, and frees the tape. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autodiff/tape_impl.h"
+
+struct em_grads {
+    size_t n, cap;
+    emi_ad_node **leaf; /* retained */
+    em_tensor **grad;
+};
+
+/* ---- values during backward ---- */
+
+/* The output value of node n: kept, cached, or recomputed from its inputs (borrowed). */
+static em_status emi_ad_value(emi_ad_node *n, em_tensor **out) {
+    if (n->value) {
+        *out = n->value;
+        return EM_OK;
+    }
+    if (n->cache) {
+        *out = n->cache;
+        return EM_OK;
+    }
+    if (!n->rule || !n->rule->forward)
+        return emi_fail(EM_ERR_STATE, "em_backward: a value of '%s' was neither saved nor "
+                        "recomputable", n->rule ? n->rule->name : "leaf");
+    em_tensor *stack_in[8];
+    em_tensor **in = n->nin <= 8 ? stack_in : calloc((size_t)n->nin, sizeof *in);
+    if (!in) return emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
+    em_status s = EM_OK;
+    for (int i = 0; i < n->nin && s == EM_OK; i++) {
+        in[i] = NULL;
+        if (n->in[i].value) in[i] = n->in[i].value;
+        else if (n->in[i].node) s = emi_ad_value(n->in[i].node, &in[i]);
+    }
+    if (s == EM_OK) s = n->rule->forward(n->params, in, n->nin, &n->cache);
+    if (in != stack_in) free(in);
+    if (s == EM_OK) *out = n->cache;
+    return s;
+}
+
+em_status emi_bw_input(emi_ad_bw *bw, int i, em_tensor **value) {
+    emi_ad_node *n = bw->node;
+    if (i < 0 || i >= n->nin || n->in[i].rank < 0)
+        return emi_fail(EM_ERR_STATE, "em_backward: '%s' asked for input %d", n->rule->name, i);
+    if (n->in[i].value) {
+        *value = n->in[i].value;
+        return EM_OK;
+    }
+    if (n->in[i].node) return emi_ad_value(n->in[i].node, value);
+    return emi_fail(EM_ERR_STATE, "em_backward: input %d of '%s' was not saved", i,
+                    n->rule->name);
+}
+
+em_status emi_bw_output(emi_ad_bw *bw, em_tensor **value) { return emi_ad_value(bw->node, value); }
+
+const int64_t *emi_bw_in_shape(const emi_ad_bw *bw, int i, int *rank) {
+    *rank = bw->node->in[i].rank;
+    return bw->node->in[i].shape;
+}
+
+em_dtype emi_bw_in_dtype(const emi_ad_bw *bw, int i) { return bw->node->in[i].dtype; }
+
+const int64_t *emi_bw_out_shape(const emi_ad_bw *bw, int *rank) {
+    *rank = bw->node->rank;
+    return bw->node->shape;
+}
+
+em_status emi_ad_unbroadcast(const em_tensor *g, const int64_t *shape, int rank,
+                             em_tensor **out) {
+    int gr = g->v.rank;
+    if (emi_same_shape(g->v.shape, gr, shape, rank)) {
+        em_tensor_retain((em_tensor *)g);
+        *out = (em_tensor *)g;
+        return EM_OK;
+    }
+    em_tensor *cur = (em_tensor *)g;
+    em_tensor_retain(cur);
+    for (int d = 0; d < gr; d++) {
+        int td = rank - gr + d;
+        bool reduce = td < 0 || (shape[td] == 1 && g->v.shape[d] != 1);
+        if (!reduce) continue;
+        em_tensor *next;
+        em_status s = em_sum_dim(cur, d, true, &next);
+        em_tensor_release(cur);
+        if (s != EM_OK) return s;
+        cur = next;
+    }
+    em_status s = em_reshape(cur, shape, rank, out);
+    em_tensor_release(cur);
+    return s;
+}
+
+/* ---- the walk ---- */
+
+typedef struct emi_order {
+    emi_ad_node **v;
+    size_t n, cap;
+} emi_order;
+
+static em_status emi_order_push(emi_order *o, emi_ad_node *x) {
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 64;
+        emi_ad_node **v = realloc(o->v, cap * sizeof *v);
+        if (!v) return emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
+        o->v = v;
+        o->cap = cap;
+    }
+    o->v[o->n++] = x;
+    return EM_OK;
+}
+
+/* Post-order DFS from root: parents come before children in `order`. Every node in it is
+ * retained and marked. */
+static em_status emi_collect(emi_ad_node *root, emi_order *order) {
+    typedef struct {
+        emi_ad_node *n;
+        int next;
+    } frame;
+    size_t cap = 64, depth = 0;
+    frame *st = malloc(cap * sizeof *st);
+    if (!st) return emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
+    em_status s = EM_OK;
+    root->mark = 1;
+    st[depth++] = (frame){root, 0};
+    while (depth && s == EM_OK) {
+        frame *f = &st[depth - 1];
+        if (f->n->rule && f->n->done) {
+            s = emi_fail(EM_ERR_STATE, "em_backward: the graph was already used by a backward "
+                         "(its tape is freed); run the forward again");
+            break;
+        }
+        if (f->next < f->n->nin) {
+            emi_ad_node *p = f->n->in[f->next++].node;
+            if (!p || p->mark) continue;
+            p->mark = 1;
+            if (depth == cap) {
+                frame *ns = realloc(st, cap * 2 * sizeof *st);
+                if (!ns) {
+                    s = emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
+                    break;
+                }
+                st = ns;
+                cap *= 2;
+            }
+            st[depth++] = (frame){p, 0};
+            continue;
+        }
+        atomic_fetch_add_explicit(&f->n->refs, 1, memory_order_relaxed);
+        s = emi_order_push(order, f->n);
+        if (s != EM_OK) emi_ad_node_release(f->n);
+        depth--;
+    }
+    /* nodes marked but not pushed (on failure) lose their mark again */
+    for (size_t i = 0; i < depth; i++) st[i].n->mark = 0;
+    free(st);
+    return s;
+}
+
+static em_status emi_grads_add(em_grads *g, emi_ad_node *leaf, em_tensor *grad) {
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 16;
+        emi_ad_node **l = realloc(g->leaf, cap * sizeof *l);
+        if (!l) return emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
+        g->leaf = l;
+        em_tensor **t = realloc(g->grad, cap * sizeof *t);
+        if (!t) return emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
+        g->grad = t;
+        g->cap = cap;
+    }
+    atomic_fetch_add_explicit(&leaf->refs, 1, memory_order_relaxed);
+    g->leaf[g->n] = leaf;
+    g->grad[g->n] = grad;
+    g->n++;
+    return EM_OK;
+}
+
+/* Adds gradient g (consumed) into node p's accumulator. */
+static em_status emi_accumulate(emi_ad_node *p, em_tensor *g) {
+    if (!p->grad) {
+        p->grad = g;
+        return EM_OK;
+    }
+    em_tensor *sum;
+    em_status s = em_add(p->grad, g, &sum);
+    em_tensor_release(g);
+    if (s != EM_OK) return s;
+    em_tensor_release(p->grad);
+    p->grad = sum;
+    return EM_OK;
+}
+
+/* Runs node n's rule and sends the input gradients to its parents. */
+static em_status emi_run_rule(emi_ad_node *n) {
+    bool need_stack[8];
+    em_tensor *gin_stack[8];
+    bool *need = n->nin <= 8 ? need_stack : calloc((size_t)n->nin, sizeof *need);
+    em_tensor **gin = n->nin <= 8 ? gin_stack : calloc((size_t)n->nin, sizeof *gin);
+    em_status s = EM_OK;
+    if (!need || !gin) s = emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
+    for (int i = 0; s == EM_OK && i < n->nin; i++) {
+        need[i] = n->in[i].node && n->in[i].node->need;
+        gin[i] = NULL;
+    }
+    if (s == EM_OK) {
+        emi_ad_bw bw = {n->params, n->nin, n->grad, need, gin, n};
+        s = n->rule->backward(&bw);
+    }
+    for (int i = 0; gin && i < n->nin; i++) {
+        em_tensor *g = gin[i];
+        if (!g) continue;
+        if (s == EM_OK && !need[i]) {
+            em_tensor_release(g);
+            continue;
+        }
+        if (s == EM_OK && (!emi_same_shape(g->v.shape, g->v.rank, n->in[i].shape, n->in[i].rank) ||
+                           g->dtype != n->in[i].dtype))
+            s = emi_fail(EM_ERR_STATE, "em_backward: the '%s' rule gave input %d a gradient of the "
+                         "wrong shape or dtype", n->rule->name, i);
+        if (s == EM_OK) s = emi_accumulate(n->in[i].node, g);
+        else em_tensor_release(g);
+    }
+    if (need != need_stack) free(need);
+    if (gin != gin_stack) free(gin);
+    return s;
+}
+
+em_status em_backward(const em_tensor *loss, em_grads **out) {
+    static const char fn[] = "em_backward";
+    EMI_TRY(emi_check_tensor(fn, "loss", loss));
+    EMI_TRY(emi_check_out(fn, out));
+    if (!loss->ad)
+        return emi_fail(EM_ERR_STATE, "%s: the loss is not tracked (its inputs must live on an "
+                        "autodiff device, e.g. ref+autodiff)", fn);
+    if (emi_numel(loss->v.shape, loss->v.rank) != 1)
+        return emi_fail(EM_ERR_SHAPE, "%s: the loss must have one element, it has %lld", fn,
+                        (long long)emi_numel(loss->v.shape, loss->v.rank));
+    em_grads *grads = calloc(1, sizeof *grads);
+    if (!grads) return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    emi_order order = {0};
+    em_status s = emi_collect(loss->ad, &order);
+    /* which nodes lead to a leaf that wants a gradient (parents come first in order) */
+    for (size_t k = 0; s == EM_OK && k < order.n; k++) {
+        emi_ad_node *n = order.v[k];
+        n->need = !n->rule && n->requires_grad;
+        for (int i = 0; i < n->nin && !n->need; i++) n->need = n->in[i].node && n->in[i].node->need;
+    }
+    if (s == EM_OK) {
+        em_device inner = loss->dev;
+        inner.autodiff = false;
+        inner.checkpointing = EM_CKPT_NONE;
+        em_tensor *seed;
+        s = em_full(loss->v.shape, loss->v.rank, 1.0, loss->dtype, inner, &seed);
+        if (s == EM_OK) loss->ad->grad = seed;
+    }
+    for (size_t k = order.n; s == EM_OK && k-- > 0;) {
+        emi_ad_node *n = order.v[k];
+        if (n->need && n->grad) {
+            if (!n->rule) {
+                if (n->requires_grad) {
+                    s = emi_grads_add(grads, n, n->grad);
+                    if (s == EM_OK) n->grad = NULL;
+                }
+            } else {
+                s = emi_run_rule(n);
+            }
+        }
+        /* every consumer of n's value ran before n: what n holds for backward can go */
+        em_tensor_release(n->grad);
+        em_tensor_release(n->cache);
+        n->grad = n->cache = NULL;
+    }
+    /* the tape is freed: every node this backward walked is spent, leaves excepted */
+    for (size_t k = 0; k < order.n; k++) {
+        emi_ad_node *n = order.v[k];
+        n->mark = 0;
+        em_tensor_release(n->grad);
+        em_tensor_release(n->cache);
+        n->grad = n->cache = NULL;
+        if (n->rule) {
+            n->done = true;
+            emi_ad_node_spend(n);
+        }
+    }
+    for (size_t k = 0; k < order.n; k++) emi_ad_node_release(order.v[k]);
+    free(order.v);
+    if (s != EM_OK) {
+        em_grads_release(grads);
+        return s;
+    }
+    *out = grads;
+    return EM_OK;
+}
+
+em_status em_grads_get(const em_grads *g, const em_tensor *param, em_tensor **out) {
+    static const char fn[] = "em_grads_get";
+    if (!g) return emi_fail(EM_ERR_ARG, "%s: grads is NULL", fn);
+    EMI_TRY(emi_check_tensor(fn, "param", param));
+    EMI_TRY(emi_check_out(fn, out));
+    for (size_t i = 0; param->ad && i < g->n; i++) {
+        if (g->leaf[i] == param->ad) {
+            em_tensor_retain(g->grad[i]);
+            *out = g->grad[i];
+            return EM_OK;
+        }
+    }
+    *out = NULL;
+    return EM_OK;
+}
+
+void em_grads_release(em_grads *g) {
+    if (!g) return;
+    for (size_t i = 0; i < g->n; i++) {
+        emi_ad_node_release(g->leaf[i]);
+        em_tensor_release(g->grad[i]);
+    }
+    free(g->leaf);
+    free(g->grad);
+    free(g);
+}

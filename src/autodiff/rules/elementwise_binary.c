@@ -1,0 +1,228 @@
+/* elementwise_binary.c — backward rules of add sub mul div pow remainder maximum minimum,
+ * and where. Broadcasting is undone with emi_ad_unbroadcast. */
+#include "autodiff/rules/rules.h"
+
+/* Recomputes a binary op from its two inputs. */
+static em_status binary_forward(const void *p, em_tensor *const *in, int nin, em_tensor **out) {
+    (void)nin;
+    switch (*(const em_binary_op *)p) {
+    case EM_BIN_ADD: return em_add(in[0], in[1], out);
+    case EM_BIN_SUB: return em_sub(in[0], in[1], out);
+    case EM_BIN_MUL: return em_mul(in[0], in[1], out);
+    case EM_BIN_DIV: return em_div(in[0], in[1], out);
+    case EM_BIN_POW: return em_pow(in[0], in[1], out);
+    case EM_BIN_REM: return em_remainder(in[0], in[1], out);
+    case EM_BIN_MAX: return em_maximum(in[0], in[1], out);
+    case EM_BIN_MIN: return em_minimum(in[0], in[1], out);
+    default: return emi_fail(EM_ERR_STATE, "binary_forward: op %d has no recompute", (int)*(const em_binary_op *)p);
+    }
+}
+
+/* gin[i] = unbroadcast(g) for input i; consumes g. */
+static em_status put(emi_ad_bw *bw, int i, em_tensor *g) {
+    int rank;
+    const int64_t *shape = emi_bw_in_shape(bw, i, &rank);
+    em_status s = emi_ad_unbroadcast(g, shape, rank, &bw->gin[i]);
+    em_tensor_release(g);
+    return s;
+}
+
+static em_status add_backward(emi_ad_bw *bw) {
+    em_status s = EM_OK;
+    for (int i = 0; i < 2 && s == EM_OK; i++) {
+        if (!bw->need[i]) continue;
+        em_tensor_retain(bw->grad);
+        s = put(bw, i, bw->grad);
+    }
+    return s;
+}
+
+static em_status sub_backward(emi_ad_bw *bw) {
+    em_status s = EM_OK;
+    if (bw->need[0]) {
+        em_tensor_retain(bw->grad);
+        s = put(bw, 0, bw->grad);
+    }
+    if (s == EM_OK && bw->need[1]) {
+        em_tensor *n;
+        s = em_neg(bw->grad, &n);
+        if (s == EM_OK) s = put(bw, 1, n);
+    }
+    return s;
+}
+
+static em_status mul_backward(emi_ad_bw *bw) {
+    em_status s = EM_OK;
+    for (int i = 0; i < 2 && s == EM_OK; i++) {
+        if (!bw->need[i]) continue;
+        em_tensor *other, *g;
+        s = emi_bw_input(bw, 1 - i, &other);
+        if (s == EM_OK) s = em_mul(bw->grad, other, &g);
+        if (s == EM_OK) s = put(bw, i, g);
+    }
+    return s;
+}
+
+/* d(a/b)/da = 1/b; d(a/b)/db = -a/b^2 = -(a/b)/b */
+static em_status div_backward(emi_ad_bw *bw) {
+    em_tensor *a = NULL, *b = NULL, *g = NULL, *t = NULL, *u = NULL;
+    em_status s = emi_bw_input(bw, 1, &b);
+    if (s == EM_OK && bw->need[0]) {
+        s = em_div(bw->grad, b, &g);
+        if (s == EM_OK) s = put(bw, 0, g);
+    }
+    if (s == EM_OK && bw->need[1]) {
+        s = emi_bw_input(bw, 0, &a);
+        if (s == EM_OK) s = em_div(a, b, &t);        /* a/b */
+        if (s == EM_OK) s = em_div(t, b, &u);        /* a/b^2 */
+        if (s == EM_OK) s = em_mul(bw->grad, u, &g); /* g a/b^2 */
+        em_tensor_release(t);
+        em_tensor_release(u);
+        t = NULL;
+        if (s == EM_OK) s = em_neg(g, &t);
+        em_tensor_release(g);
+        if (s == EM_OK) s = put(bw, 1, t);
+    }
+    return s;
+}
+
+/* d(a^b)/da = b a^(b-1); d(a^b)/db = a^b ln a (0 where a == 0 and b > 0, as PyTorch) */
+static em_status pow_backward(emi_ad_bw *bw) {
+    em_tensor *a, *b, *t1 = NULL, *t2 = NULL, *t3 = NULL;
+    em_status s = emi_bw_input(bw, 0, &a);
+    if (s == EM_OK) s = emi_bw_input(bw, 1, &b);
+    if (s == EM_OK && bw->need[0]) {
+        s = em_sub_scalar(b, 1.0, &t1);
+        if (s == EM_OK) s = em_pow(a, t1, &t2);
+        if (s == EM_OK) s = em_mul(t2, b, &t3);
+        em_tensor_release(t1);
+        em_tensor_release(t2);
+        t1 = NULL;
+        if (s == EM_OK) s = em_mul(bw->grad, t3, &t1);
+        em_tensor_release(t3);
+        if (s == EM_OK) s = put(bw, 0, t1);
+        t1 = t2 = t3 = NULL;
+    }
+    if (s == EM_OK && bw->need[1]) {
+        em_tensor *y, *lna = NULL, *zero = NULL, *mask = NULL;
+        s = emi_bw_output(bw, &y);
+        if (s == EM_OK) s = em_log(a, &lna);
+        /* where a == 0 the product y ln a is 0 * -inf: use 0 instead */
+        if (s == EM_OK) s = em_eq_scalar(a, 0.0, &mask);
+        if (s == EM_OK) s = em_masked_fill(lna, mask, 0.0, &zero);
+        if (s == EM_OK) s = em_mul(y, zero, &t1);
+        if (s == EM_OK) s = em_mul(bw->grad, t1, &t2);
+        em_tensor_release(lna);
+        em_tensor_release(zero);
+        em_tensor_release(mask);
+        em_tensor_release(t1);
+        if (s == EM_OK) s = put(bw, 1, t2);
+    }
+    return s;
+}
+
+/* remainder(a, b) = a - floor(a/b) b: d/da = 1, d/db = -floor(a/b) */
+static em_status rem_backward(emi_ad_bw *bw) {
+    em_status s = EM_OK;
+    if (bw->need[0]) {
+        em_tensor_retain(bw->grad);
+        s = put(bw, 0, bw->grad);
+    }
+    if (s == EM_OK && bw->need[1]) {
+        em_tensor *a, *b, *q = NULL, *f = NULL, *g = NULL, *n = NULL;
+        s = emi_bw_input(bw, 0, &a);
+        if (s == EM_OK) s = emi_bw_input(bw, 1, &b);
+        if (s == EM_OK) s = em_div(a, b, &q);
+        if (s == EM_OK) s = em_floor(q, &f);
+        if (s == EM_OK) s = em_mul(bw->grad, f, &g);
+        if (s == EM_OK) s = em_neg(g, &n);
+        em_tensor_release(q);
+        em_tensor_release(f);
+        em_tensor_release(g);
+        if (s == EM_OK) s = put(bw, 1, n);
+    }
+    return s;
+}
+
+/* maximum / minimum: the gradient goes to the winner; ties split it half and half, as
+ * PyTorch does. */
+static em_status minmax_backward(emi_ad_bw *bw, bool is_max) {
+    em_tensor *a, *b, *win = NULL, *tie = NULL, *wf = NULL, *tf = NULL, *half = NULL;
+    em_status s = emi_bw_input(bw, 0, &a);
+    if (s == EM_OK) s = emi_bw_input(bw, 1, &b);
+    if (s == EM_OK) s = is_max ? em_gt(a, b, &win) : em_lt(a, b, &win);
+    if (s == EM_OK) s = em_eq(a, b, &tie);
+    if (s == EM_OK) s = em_cast(win, bw->grad->dtype, &wf);
+    if (s == EM_OK) s = em_cast(tie, bw->grad->dtype, &tf);
+    if (s == EM_OK) s = em_mul_scalar(tf, 0.5, &half);
+    /* share of a: win + tie/2; share of b: 1 - share of a (where neither is NaN) */
+    em_tensor *sa = NULL, *sb = NULL;
+    if (s == EM_OK) s = em_add(wf, half, &sa);
+    if (s == EM_OK) s = em_mul_scalar(sa, -1.0, &sb);
+    if (s == EM_OK) {
+        em_tensor *t;
+        s = em_add_scalar(sb, 1.0, &t);
+        em_tensor_release(sb);
+        sb = t;
+    }
+    for (int i = 0; i < 2 && s == EM_OK; i++) {
+        if (!bw->need[i]) continue;
+        em_tensor *g;
+        s = em_mul(bw->grad, i == 0 ? sa : sb, &g);
+        if (s == EM_OK) s = put(bw, i, g);
+    }
+    em_tensor_release(win);
+    em_tensor_release(tie);
+    em_tensor_release(wf);
+    em_tensor_release(tf);
+    em_tensor_release(half);
+    em_tensor_release(sa);
+    em_tensor_release(sb);
+    return s;
+}
+
+static em_status max_backward(emi_ad_bw *bw) { return minmax_backward(bw, true); }
+static em_status min_backward(emi_ad_bw *bw) { return minmax_backward(bw, false); }
+
+#define IN01 (EMI_NEED_IN(0) | EMI_NEED_IN(1))
+static const emi_ad_rule rule_add = {"add", false, 0, binary_forward, add_backward};
+static const emi_ad_rule rule_sub = {"sub", false, 0, binary_forward, sub_backward};
+static const emi_ad_rule rule_mul = {"mul", false, IN01, binary_forward, mul_backward};
+static const emi_ad_rule rule_div = {"div", false, IN01, binary_forward, div_backward};
+static const emi_ad_rule rule_pow = {"pow", false, IN01 | EMI_NEED_OUT, binary_forward,
+                                     pow_backward};
+static const emi_ad_rule rule_rem = {"remainder", false, IN01, binary_forward, rem_backward};
+static const emi_ad_rule rule_max = {"maximum", false, IN01, binary_forward, max_backward};
+static const emi_ad_rule rule_min = {"minimum", false, IN01, binary_forward, min_backward};
+
+const emi_ad_rule *const emi_rules_binary[EM_BIN_COUNT] = {
+    [EM_BIN_ADD] = &rule_add, [EM_BIN_SUB] = &rule_sub, [EM_BIN_MUL] = &rule_mul,
+    [EM_BIN_DIV] = &rule_div, [EM_BIN_POW] = &rule_pow, [EM_BIN_REM] = &rule_rem,
+    [EM_BIN_MAX] = &rule_max, [EM_BIN_MIN] = &rule_min,
+};
+
+/* ---- where(cond, a, b), inputs (a, b, cond) ---- */
+
+static em_status where_forward(const void *p, em_tensor *const *in, int nin, em_tensor **out) {
+    (void)p;
+    (void)nin;
+    return em_where(in[2], in[0], in[1], out);
+}
+
+static em_status where_backward(emi_ad_bw *bw) {
+    em_tensor *cond;
+    em_status s = emi_bw_input(bw, 2, &cond);
+    for (int i = 0; i < 2 && s == EM_OK; i++) {
+        if (!bw->need[i]) continue;
+        em_tensor *zero = NULL, *g = NULL;
+        s = em_full_like(bw->grad, 0.0, &zero);
+        if (s == EM_OK)
+            s = i == 0 ? em_where(cond, bw->grad, zero, &g) : em_where(cond, zero, bw->grad, &g);
+        em_tensor_release(zero);
+        if (s == EM_OK) s = put(bw, i, g);
+    }
+    return s;
+}
+
+const emi_ad_rule emi_rule_where = {"where", false, EMI_NEED_IN(2), where_forward,
+                                    where_backward};

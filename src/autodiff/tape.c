@@ -1,0 +1,207 @@
+/* tape.c — recording: the strategy rules at an op's start, nodes at its end, leaves at
+ * creation, and the lifetime of nodes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autodiff/tape_impl.h"
+
+static const char *emi_ckpt_name(em_checkpointing c) {
+    switch (c) {
+    case EM_CKPT_NONE: return "none";
+    case EM_CKPT_DISABLED: return "disabled";
+    case EM_CKPT_BALANCED: return "balanced";
+    }
+    return "?";
+}
+
+em_status emi_ad_begin(const char *fn, const em_tensor *const *ins, int n, emi_ad_op *op) {
+    const em_tensor *tracked = NULL, *first = NULL, *on_ad = NULL, *marked = NULL;
+    for (int i = 0; i < n; i++) {
+        const em_tensor *t = ins[i];
+        if (!t) continue;
+        if (!first) first = t;
+        if (!on_ad && t->dev.autodiff) on_ad = t;
+        if (!marked && t->ckpt != EM_CKPT_NONE) marked = t;
+        if (!t->ad) continue;
+        if (!tracked) tracked = t;
+        else if (t->ckpt != tracked->ckpt)
+            return emi_fail(EM_ERR_STATE,
+                            "%s: tensors use different checkpointing strategies: %s and %s", fn,
+                            emi_ckpt_name(tracked->ckpt), emi_ckpt_name(t->ckpt));
+    }
+    op->tracked = tracked != NULL;
+    if (tracked) {
+        op->strategy = tracked->ckpt;
+        op->dev = tracked->dev;
+        op->dev.autodiff = true;
+        op->dev.checkpointing = tracked->ckpt;
+    } else if (on_ad) {
+        op->dev = on_ad->dev;
+        op->strategy = on_ad->dev.checkpointing;
+    } else {
+        op->dev = first ? first->dev : em_device_default();
+        op->strategy = marked ? marked->ckpt : EM_CKPT_NONE;
+    }
+    return EM_OK;
+}
+
+em_status emi_ad_untracked_view(const em_tensor *t, em_tensor **out) {
+    em_tensor *v;
+    EMI_TRY(emi_view_tensor(t, t->v.shape, t->v.strides, t->v.rank, t->v.offset, &v));
+    v->ad = NULL;
+    if (emi_kind(v->dtype) == EM_KIND_FLOAT) {
+        v->dev.autodiff = false;
+        v->dev.checkpointing = EM_CKPT_NONE;
+    }
+    *out = v;
+    return EM_OK;
+}
+
+/* A new node with room for n inputs, describing output t. */
+static emi_ad_node *emi_node_new(const emi_ad_rule *rule, em_checkpointing strategy,
+                                 const em_tensor *t, int n) {
+    emi_ad_node *node = calloc(1, sizeof *node + (size_t)n * sizeof(emi_ad_input));
+    if (!node) return NULL;
+    atomic_init(&node->refs, 1);
+    node->rule = rule;
+    node->strategy = strategy;
+    node->dev = t->dev;
+    node->dtype = t->dtype;
+    node->rank = t->v.rank;
+    memcpy(node->shape, t->v.shape, sizeof(int64_t) * (size_t)t->v.rank);
+    node->nin = n;
+    return node;
+}
+
+em_status emi_ad_created(em_tensor *t, em_device dev) {
+    if (!dev.autodiff) return EM_OK;
+    t->dev = dev;
+    t->ckpt = dev.checkpointing;
+    if (emi_kind(t->dtype) != EM_KIND_FLOAT) return EM_OK;
+    emi_ad_node *leaf = emi_node_new(NULL, dev.checkpointing, t, 0);
+    if (!leaf) return emi_fail(EM_ERR_NOMEM, "out of memory recording a leaf");
+    t->ad = leaf;
+    return EM_OK;
+}
+
+/* Saves an untracked view of t into *slot. */
+static em_status emi_save(const em_tensor *t, em_tensor **slot) {
+    if (*slot) return EM_OK;
+    return emi_ad_untracked_view(t, slot);
+}
+
+em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tensor *const *ins,
+                     int n, em_tensor *out, const void *params, size_t psize) {
+    out->dev = op->dev;
+    bool isfloat = emi_kind(out->dtype) == EM_KIND_FLOAT;
+    if (!isfloat || (!op->tracked && !op->dev.autodiff)) {
+        out->ckpt = op->dev.autodiff ? op->dev.checkpointing : op->strategy;
+        return EM_OK;
+    }
+    if (!op->tracked) return emi_ad_created(out, op->dev); /* a constant of the graph */
+    if (!rule) rule = &emi_rule_no_grad;
+    if (psize > EMI_AD_PARAMS)
+        return emi_fail(EM_ERR_STATE, "%s: %zu bytes of parameters to record (at most %d)",
+                        rule->name, psize, EMI_AD_PARAMS);
+    emi_ad_node *node = emi_node_new(rule, op->strategy, out, n);
+    if (!node) return emi_fail(EM_ERR_NOMEM, "%s: out of memory recording the op", rule->name);
+    if (psize) memcpy(node->params, params, psize);
+    node->psize = psize;
+    bool balanced = op->strategy == EM_CKPT_BALANCED;
+    em_status s = EM_OK;
+    for (int i = 0; i < n && s == EM_OK; i++) {
+        const em_tensor *t = ins[i];
+        emi_ad_input *in = &node->in[i];
+        if (!t) {
+            in->rank = -1;
+            continue;
+        }
+        in->dtype = t->dtype;
+        in->rank = t->v.rank;
+        memcpy(in->shape, t->v.shape, sizeof(int64_t) * (size_t)t->v.rank);
+        emi_ad_node *parent = t->ad;
+        if (parent) {
+            atomic_fetch_add_explicit(&parent->refs, 1, memory_order_relaxed);
+            in->node = parent;
+        }
+        bool needed = (rule->needs & (i < 31 ? EMI_NEED_IN(i) : EMI_NEED_ALL_IN)) != 0;
+        /* A value that cannot be recomputed is saved when a rule may need it. */
+        bool fixed = !parent || !parent->rule || !parent->rule->forward;
+        bool kept = parent && parent->rule && parent->rule->compute_bound;
+        if (!balanced) {
+            if (needed) s = emi_save(t, &in->value);
+        } else if (fixed && (needed || !rule->compute_bound)) {
+            s = emi_save(t, &in->value);
+        } else if (needed && kept && parent->value == NULL) {
+            s = emi_save(t, &in->value);
+        }
+    }
+    if (s == EM_OK && ((!balanced && (rule->needs & EMI_NEED_OUT)) ||
+                       (balanced && rule->compute_bound)))
+        s = emi_save(out, &node->value);
+    if (s != EM_OK) {
+        emi_ad_node_release(node);
+        return s;
+    }
+    out->ad = node;
+    out->ckpt = op->strategy;
+    return EM_OK;
+}
+
+void emi_ad_node_spend(emi_ad_node *n) {
+    for (int i = 0; i < n->nin; i++) {
+        em_tensor_release(n->in[i].value);
+        n->in[i].value = NULL;
+        if (n->in[i].node) emi_ad_node_release(n->in[i].node);
+        n->in[i].node = NULL;
+    }
+    em_tensor_release(n->value);
+    em_tensor_release(n->cache);
+    em_tensor_release(n->grad);
+    n->value = n->cache = n->grad = NULL;
+}
+
+void emi_ad_node_release(emi_ad_node *n) {
+    /* Nodes whose last reference goes are chained through `next`, so that freeing a long
+     * chain of parents needs no recursion. */
+    emi_ad_node *list = NULL;
+    if (n && atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1) {
+        n->next = NULL;
+        list = n;
+    }
+    while (list) {
+        emi_ad_node *x = list;
+        list = x->next;
+        for (int i = 0; i < x->nin; i++) {
+            emi_ad_node *p = x->in[i].node;
+            x->in[i].node = NULL;
+            if (p && atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1) {
+                p->next = list;
+                list = p;
+            }
+        }
+        emi_ad_node_spend(x);
+        free(x);
+    }
+}
+
+void emi_ad_release(em_tensor *t) {
+    emi_ad_node *n = t->ad;
+    t->ad = NULL;
+    emi_ad_node_release(n);
+}
+
+/* ---- the rule of ops whose gradient is zero ---- */
+
+static em_status emi_no_grad_backward(emi_ad_bw *bw) {
+    for (int i = 0; i < bw->nin; i++) bw->gin[i] = NULL;
+    return EM_OK;
+}
+
+const emi_ad_rule emi_rule_no_grad = {
+    .name = "no_grad",
+    .compute_bound = false,
+    .needs = 0,
+    .forward = NULL,
+    .backward = emi_no_grad_backward,
+};

@@ -1,0 +1,48 @@
+/*
+ * tape_impl.h — the node layout shared by tape.c (recording) and backward.c (the engine).
+ * Private to src/autodiff.
+ */
+#ifndef EMBER_TAPE_IMPL_H
+#define EMBER_TAPE_IMPL_H
+
+#include "autodiff/autodiff.h"
+
+typedef struct emi_ad_input {
+    emi_ad_node *node; /* the parent that produced this input (retained), NULL: a constant */
+    em_tensor *value;  /* the saved value (an untracked view), or NULL */
+    em_dtype dtype;
+    int rank;
+    int64_t shape[EM_MAX_RANK];
+} emi_ad_input;
+
+struct emi_ad_node {
+    atomic_int refs;
+    const emi_ad_rule *rule;  /* NULL: a leaf */
+    em_checkpointing strategy;
+    bool requires_grad;       /* leaf: backward collects its gradient */
+    bool done;                /* consumed by a backward: the tape is freed */
+    em_device dev;            /* the output's device, autodiff flag included */
+    em_dtype dtype;
+    int rank;
+    int64_t shape[EM_MAX_RANK];
+    em_tensor *value;         /* the kept output (an untracked view), or NULL */
+    /* backward scratch */
+    em_tensor *grad;          /* accumulated gradient of the output */
+    em_tensor *cache;         /* a recomputed output value */
+    bool need;                /* some leaf below wants a gradient through this node */
+    int mark;                 /* traversal state */
+    emi_ad_node *next;        /* release list link */
+    size_t psize;
+    unsigned char params[EMI_AD_PARAMS];
+    int nin;
+    emi_ad_input in[];        /* nin entries */
+};
+
+/** Drops a reference to a node (iteratively, so long chains don't recurse). */
+void emi_ad_node_release(emi_ad_node *n);
+/** Frees what the tape keeps for a node (saved values, kept output, parent edges). */
+void emi_ad_node_spend(emi_ad_node *n);
+/** An untracked view of t sharing its storage (dev: t's inner device, mark kept). */
+em_status emi_ad_untracked_view(const em_tensor *t, em_tensor **out);
+
+#endif /* EMBER_TAPE_IMPL_H */
