@@ -188,6 +188,18 @@ typedef struct em_backend_ops {
     em_status (*avg_pool2d)(void *ctx, const em_view *out, const em_view *x,
                             const em_pool_args *a);
     em_status (*adaptive_avg_pool2d)(void *ctx, const em_view *out, const em_view *x);
+    /* ---- backward kernels the autodiff layer uses (the input gradient of conv2d is a
+     *      conv_transpose2d, that of max_pool2d a scatter_add) ---- */
+    /** gw [O, C/groups, KH, KW] = the weight gradient of conv2d(x, w) given gy (the output
+     *  gradient), for the same args. */
+    em_status (*conv2d_weight_grad)(void *ctx, const em_view *gw, const em_view *x,
+                                    const em_view *gy, const em_conv_args *a);
+    /** gx (x's shape) = the input gradient of avg_pool2d given gy. */
+    em_status (*avg_pool2d_backward)(void *ctx, const em_view *gx, const em_view *gy,
+                                     const em_pool_args *a);
+    /** gx (x's shape) = the input gradient of adaptive_avg_pool2d given gy. */
+    em_status (*adaptive_avg_pool2d_backward)(void *ctx, const em_view *gx, const em_view *gy);
+
     /** Normalizes over the trailing `norm_numel` elements of each row (x viewed as
      *  [rows, norm_numel], contiguous); weight/bias (contiguous, norm_numel) may be NULL. */
     em_status (*layer_norm)(void *ctx, const em_view *out, const em_view *x,

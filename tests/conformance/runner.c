@@ -470,10 +470,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "conformance: cannot open %s\n", path);
         return 2;
     }
-    em_device devs[64];
-    size_t ndev = 0;
-    if (em_devices(devs, 64, &ndev) != EM_OK) return 2;
-    if (ndev > 64) ndev = 64;
+    /* every device present, and each of them wrapped for autodiff with both strategies: the
+     * table's forward results must not change when the ops are recorded */
+    em_device found[64], devs[64 * 3];
+    size_t nfound = 0, ndev = 0;
+    if (em_devices(found, 64, &nfound) != EM_OK) return 2;
+    if (nfound > 64) nfound = 64;
+    for (size_t d = 0; d < nfound; d++) {
+        devs[ndev++] = found[d];
+        if (em_device_autodiff(found[d], EM_CKPT_DISABLED, &devs[ndev]) == EM_OK) ndev++;
+        if (em_device_autodiff(found[d], EM_CKPT_BALANCED, &devs[ndev]) == EM_OK) ndev++;
+    }
     printf("conformance: devices:");
     for (size_t d = 0; d < ndev; d++) {
         char nm[64];
@@ -484,7 +491,7 @@ int main(int argc, char **argv) {
     em_device ref = {EM_BACKEND_REF, 0, false, EM_CKPT_NONE};
 
     long passed = 0, failed = 0, cases = 0;
-    long per_dev_pass[64] = {0};
+    long per_dev_pass[64 * 3] = {0};
     char *line;
     conf_case *c = calloc(1, sizeof *c);
     if (!c) return 2;

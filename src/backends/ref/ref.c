@@ -144,4 +144,7 @@ const em_backend_ops em_ref_backend_ops = {
     .avg_pool2d = ref_avg_pool2d,
     .adaptive_avg_pool2d = ref_adaptive_avg_pool2d,
     .layer_norm = ref_layer_norm,
+    .conv2d_weight_grad = ref_conv2d_weight_grad,
+    .avg_pool2d_backward = ref_avg_pool2d_backward,
+    .adaptive_avg_pool2d_backward = ref_adaptive_avg_pool2d_backward,
 };

@@ -207,4 +207,11 @@ em_status ref_adaptive_avg_pool2d(void *ctx, const em_view *out, const em_view *
 em_status ref_layer_norm(void *ctx, const em_view *out, const em_view *x, const em_view *weight,
                          const em_view *bias, int64_t norm_numel, double eps);
 
+/* nn_backward.c */
+em_status ref_conv2d_weight_grad(void *ctx, const em_view *gw, const em_view *x,
+                                 const em_view *gy, const em_conv_args *a);
+em_status ref_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy,
+                                  const em_pool_args *a);
+em_status ref_adaptive_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy);
+
 #endif /* EMBER_REF_H */
