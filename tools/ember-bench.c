@@ -8,6 +8,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,11 +25,15 @@ typedef struct bench_cmd {
 } bench_cmd;
 
 static int cmd_dispatch(int argc, char **argv);
+static int cmd_checkpoint(int argc, char **argv);
 
 static const bench_cmd COMMANDS[] = {
     {"dispatch", "[--iters N] [--rounds R]",
      "ns per em_add of two 1-element f32 tensors: public API vs the ref kernel called directly",
      cmd_dispatch},
+    {"checkpoint", "[--batch 4096] [--width 1024] [--layers 16] [--rounds 1] [--device D]",
+     "peak memory and time of an MLP's forward + backward: BALANCED vs DISABLED checkpointing",
+     cmd_checkpoint},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
@@ -238,6 +243,265 @@ done:
     if (bo) s.ops->free(s.ctx, bo);
     em_tensor_release(s.a);
     em_tensor_release(s.b);
+    return rc;
+}
+
+/* ---- checkpoint: an MLP's training step under BALANCED vs DISABLED checkpointing ---- */
+
+/** CPU time of the whole process (all threads), in ns: steadier than wall-clock time on a
+ *  shared machine. */
+static double cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+typedef struct ckpt_opts {
+    long batch, width, layers, rounds;
+    em_device dev; /* the inner device */
+} ckpt_opts;
+
+/* One model on one autodiff device: input x [batch, width], weights w[i] [width, width]
+ * (used as x @ w, He-initialised) and biases b[i] [width]; every leaf requires grad. */
+typedef struct ckpt_model {
+    em_device dev;
+    long layers;
+    em_tensor *x, **w, **b;
+} ckpt_model;
+
+/* What one timed step measured. */
+typedef struct ckpt_result {
+    double secs, cpu_secs; /* wall-clock and process CPU time */
+    size_t peak;  /* peak bytes during the step minus the bytes in use before it */
+    bool has_mem; /* the backend keeps a memory count */
+    double loss;
+    float *gw0; /* the gradient of w[0] (for the equality check), malloc'd */
+} ckpt_result;
+
+static void ckpt_model_free(ckpt_model *m) {
+    em_tensor_release(m->x);
+    for (long i = 0; i < m->layers; i++) {
+        if (m->w) em_tensor_release(m->w[i]);
+        if (m->b) em_tensor_release(m->b[i]);
+    }
+    free(m->w);
+    free(m->b);
+    memset(m, 0, sizeof *m);
+}
+
+/* Creates the model on o->dev wrapped with `strategy`; the same seeds for both strategies. */
+static em_status ckpt_model_init(const ckpt_opts *o, em_checkpointing strategy, ckpt_model *m) {
+    memset(m, 0, sizeof *m);
+    em_status s = em_device_autodiff(o->dev, strategy, &m->dev);
+    if (s != EM_OK) return s;
+    m->layers = o->layers;
+    m->w = calloc((size_t)o->layers, sizeof *m->w);
+    m->b = calloc((size_t)o->layers, sizeof *m->b);
+    if (!m->w || !m->b) return EM_ERR_NOMEM;
+    const int64_t xs[2] = {o->batch, o->width}, ws[2] = {o->width, o->width}, bs[1] = {o->width};
+    s = em_rand_normal(xs, 2, EM_F32, 0.0, 1.0, 1, m->dev, &m->x);
+    if (s == EM_OK) s = em_tensor_require_grad(m->x);
+    for (long i = 0; s == EM_OK && i < o->layers; i++) {
+        s = em_rand_normal(ws, 2, EM_F32, 0.0, sqrt(2.0 / (double)o->width), 100 + (uint64_t)i,
+                           m->dev, &m->w[i]);
+        if (s == EM_OK) s = em_tensor_require_grad(m->w[i]);
+        if (s == EM_OK)
+            s = em_rand_uniform(bs, 1, EM_F32, -0.1, 0.1, 200 + (uint64_t)i, m->dev, &m->b[i]);
+        if (s == EM_OK) s = em_tensor_require_grad(m->b[i]);
+    }
+    return s;
+}
+
+/* The forward pass: relu(h @ w[i] + b[i]) for every layer but the last (no relu there), then
+ * the sum as the loss. Intermediates are released as soon as the next op used them: only the
+ * tape keeps what backward needs. */
+static em_status ckpt_forward(const ckpt_model *m, em_tensor **loss) {
+    em_tensor *h = m->x;
+    em_tensor_retain(h);
+    em_status s = EM_OK;
+    for (long i = 0; s == EM_OK && i < m->layers; i++) {
+        em_tensor *mm = NULL, *a = NULL;
+        s = em_matmul(h, m->w[i], &mm);
+        em_tensor_release(h);
+        h = NULL;
+        if (s == EM_OK) s = em_add(mm, m->b[i], &a);
+        em_tensor_release(mm);
+        if (s == EM_OK && i + 1 < m->layers) {
+            s = em_relu(a, &h);
+            em_tensor_release(a);
+        } else {
+            h = a;
+        }
+    }
+    if (s == EM_OK) s = em_sum(h, loss);
+    em_tensor_release(h);
+    return s;
+}
+
+/* One training step (forward, sum, backward), measured when r is not NULL. */
+static em_status ckpt_step(const ckpt_model *m, ckpt_result *r) {
+    em_memory_stats before = {0}, after = {0};
+    bool has_mem = r && em_device_memory(m->dev, &before) == EM_OK &&
+                   em_device_memory_reset_peak(m->dev) == EM_OK;
+    em_clear_error();
+    em_tensor *loss = NULL;
+    em_grads *g = NULL;
+    double t0 = now_ns(), c0 = cpu_ns();
+    em_status s = ckpt_forward(m, &loss);
+    if (s == EM_OK) s = em_backward(loss, &g);
+    double t1 = now_ns(), c1 = cpu_ns();
+    if (r) {
+        r->secs = (t1 - t0) / 1e9;
+        r->cpu_secs = (c1 - c0) / 1e9;
+        r->has_mem = has_mem && em_device_memory(m->dev, &after) == EM_OK;
+        r->peak = r->has_mem && after.peak_bytes > before.bytes_in_use
+                      ? after.peak_bytes - before.bytes_in_use
+                      : 0;
+    }
+    if (s == EM_OK && r) s = em_tensor_item(loss, &r->loss);
+    em_tensor *gw = NULL;
+    if (s == EM_OK && r) s = em_grads_get(g, m->w[0], &gw);
+    if (s == EM_OK && r && gw) {
+        size_t n = (size_t)em_tensor_numel(gw);
+        free(r->gw0);
+        r->gw0 = malloc(n * sizeof *r->gw0);
+        s = r->gw0 ? em_tensor_to_data(gw, r->gw0, n * sizeof *r->gw0) : EM_ERR_NOMEM;
+    }
+    em_tensor_release(gw);
+    em_grads_release(g);
+    em_tensor_release(loss);
+    return s;
+}
+
+/* Parses the checkpoint options. Returns 0, or 2 on a bad option. */
+static int ckpt_parse(int argc, char **argv, ckpt_opts *o) {
+    for (int i = 1; i < argc; i++) {
+        long *dst = NULL;
+        if (strcmp(argv[i], "--batch") == 0) dst = &o->batch;
+        else if (strcmp(argv[i], "--width") == 0) dst = &o->width;
+        else if (strcmp(argv[i], "--layers") == 0) dst = &o->layers;
+        else if (strcmp(argv[i], "--rounds") == 0) dst = &o->rounds;
+        else if (strcmp(argv[i], "--device") != 0 || i + 1 >= argc) {
+            fprintf(stderr, "ember-bench %s: unknown or incomplete option '%s'\n", argv[0], argv[i]);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "ember-bench %s: option '%s' needs a value\n", argv[0], argv[i]);
+            return 2;
+        }
+        if (!dst) {
+            if (em_device_parse(argv[++i], &o->dev) != EM_OK) {
+                fprintf(stderr, "ember-bench %s: %s\n", argv[0], em_last_error());
+                return 2;
+            }
+            if (o->dev.autodiff) {
+                fprintf(stderr, "ember-bench %s: give the device without '+autodiff' (both "
+                        "strategies are measured)\n", argv[0]);
+                return 2;
+            }
+            continue;
+        }
+        char *end;
+        errno = 0;
+        long v = strtol(argv[++i], &end, 10);
+        if (errno || *end || v <= 0 || v > (1L << 24)) {
+            fprintf(stderr, "ember-bench %s: '%s' is not a positive count\n", argv[0], argv[i]);
+            return 2;
+        }
+        *dst = v;
+    }
+    return 0;
+}
+
+static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+
+static int cmd_checkpoint(int argc, char **argv) {
+    ckpt_opts o = {4096, 1024, 16, 1, em_device_default()};
+    if (ckpt_parse(argc, argv, &o)) return 2;
+    char devname[64];
+    if (em_device_name(o.dev, devname, sizeof devname) != EM_OK) strcpy(devname, "?");
+    static const em_checkpointing strat[2] = {EM_CKPT_DISABLED, EM_CKPT_BALANCED};
+    static const char *const sname[2] = {"DISABLED", "BALANCED"};
+    ckpt_model m[2];
+    memset(m, 0, sizeof m);
+    ckpt_result res[2], cur;
+    memset(res, 0, sizeof res);
+    memset(&cur, 0, sizeof cur);
+    double *times[2] = {calloc((size_t)o.rounds, sizeof(double)),
+                        calloc((size_t)o.rounds, sizeof(double))};
+    double *cpus[2] = {calloc((size_t)o.rounds, sizeof(double)),
+                       calloc((size_t)o.rounds, sizeof(double))};
+    int rc = 1;
+    double start = now_ns();
+    em_status s = (times[0] && times[1] && cpus[0] && cpus[1]) ? EM_OK : EM_ERR_NOMEM;
+    for (int k = 0; s == EM_OK && k < 2; k++) s = ckpt_model_init(&o, strat[k], &m[k]);
+    /* a warm-up step of each, then rounds alternating which strategy runs first */
+    for (int k = 0; s == EM_OK && k < 2; k++) s = ckpt_step(&m[k], NULL);
+    for (long r = 0; s == EM_OK && r < o.rounds; r++) {
+        for (int j = 0; s == EM_OK && j < 2; j++) {
+            int k = (int)((r + j) % 2);
+            s = ckpt_step(&m[k], &cur);
+            if (s != EM_OK) break;
+            times[k][r] = cur.secs;
+            cpus[k][r] = cur.cpu_secs;
+            if (cur.peak > res[k].peak || r == 0) res[k].peak = cur.peak;
+            res[k].has_mem = cur.has_mem;
+            res[k].loss = cur.loss;
+            free(res[k].gw0);
+            res[k].gw0 = cur.gw0;
+            cur.gw0 = NULL;
+        }
+    }
+    if (s != EM_OK) {
+        fprintf(stderr, "ember-bench checkpoint: %s: %s\n", em_status_name(s), em_last_error());
+        goto done;
+    }
+    for (int k = 0; k < 2; k++) {
+        res[k].secs = median(times[k], (int)o.rounds);
+        res[k].cpu_secs = median(cpus[k], (int)o.rounds);
+    }
+    double maxdiff = 0, maxabs = 0;
+    size_t nw = (size_t)(o.width * o.width);
+    for (size_t i = 0; res[0].gw0 && res[1].gw0 && i < nw; i++) {
+        maxdiff = fmax(maxdiff, fabs((double)res[0].gw0[i] - (double)res[1].gw0[i]));
+        maxabs = fmax(maxabs, fabs((double)res[0].gw0[i]));
+    }
+    printf("ember-bench checkpoint: MLP of %ld layers (x @ w + b, relu between), width %ld, "
+           "batch %ld, f32, on %s\n", o.layers, o.width, o.batch, devname);
+    printf("  a warm-up step per strategy, then %ld timed round(s) of forward + sum + backward\n",
+           o.rounds);
+    printf("  (memory: the peak during the step minus the bytes in use before it; weights %.1f "
+           "MiB, one activation %.1f MiB)\n",
+           mib((size_t)(o.layers * o.width * (o.width + 1)) * sizeof(float)),
+           mib((size_t)(o.batch * o.width) * sizeof(float)));
+    for (int k = 0; k < 2; k++) {
+        char peak[32] = "       n/a";
+        if (res[k].has_mem) snprintf(peak, sizeof peak, "%10.1f", mib(res[k].peak));
+        printf("  %s  peak %s MiB   time %9.3f s   cpu %9.3f s%s\n", sname[k], peak,
+               res[k].secs, res[k].cpu_secs, o.rounds > 1 ? " (medians)" : "");
+    }
+    char ratio[32] = "n/a";
+    if (res[0].has_mem && res[1].has_mem && res[0].peak > 0)
+        snprintf(ratio, sizeof ratio, "%.3f", (double)res[1].peak / (double)res[0].peak);
+    printf("  ratio BALANCED / DISABLED   peak %s   time %.3f   cpu %.3f\n", ratio,
+           res[0].secs > 0 ? res[1].secs / res[0].secs : 0.0,
+           res[0].cpu_secs > 0 ? res[1].cpu_secs / res[0].cpu_secs : 0.0);
+    printf("  check: loss %.6g vs %.6g, max |dW0 BALANCED - DISABLED| = %g\n", res[1].loss,
+           res[0].loss, maxdiff);
+    printf("  took %.1f s in all\n", (now_ns() - start) / 1e9);
+    /* both strategies run the same backward code: their gradients agree (a threaded backend
+     * may sum in another order, hence the f32-sized slack) */
+    rc = (res[0].gw0 && res[1].gw0 && maxdiff <= 1e-6 * maxabs &&
+          fabs(res[0].loss - res[1].loss) <= 1e-6 * fabs(res[0].loss)) ? 0 : 1;
+    if (rc) fprintf(stderr, "ember-bench checkpoint: the two strategies disagree\n");
+done:
+    for (int k = 0; k < 2; k++) {
+        ckpt_model_free(&m[k]);
+        free(res[k].gw0);
+        free(times[k]);
+        free(cpus[k]);
+    }
+    free(cur.gw0);
     return rc;
 }
 

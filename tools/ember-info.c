@@ -31,6 +31,8 @@ static int list_slots(const em_backend_ops *o, slot *out, int cap) {
         S(scatter_add, 0),   S(index_select, 0),  S(sort, 0),
         S(conv2d, 0),        S(conv_transpose2d, 0), S(max_pool2d, 0),
         S(avg_pool2d, 0),    S(adaptive_avg_pool2d, 0), S(layer_norm, 0),
+        S(conv2d_weight_grad, 0), S(avg_pool2d_backward, 0),
+        S(adaptive_avg_pool2d_backward, 0),
     };
 #undef S
     int n = (int)(sizeof all / sizeof all[0]);
@@ -56,8 +58,9 @@ static void print_backend(const em_backend_ops *o) {
     if (count == 0) printf("compiled in, no device\n");
     else printf("%d device%s\n", count, count == 1 ? "" : "s");
     print_caps(o->caps);
-    printf("    sync: %s, memory stats: %s\n", o->sync ? "yes" : "no (synchronous)",
-           o->memory ? "yes" : "no");
+    printf("    sync: %s, memory stats: %s, caching allocator: %s\n",
+           o->sync ? "yes" : "no (synchronous)", o->memory ? "yes" : "no",
+           o->memory_cached ? "yes" : "no");
     slot s[64];
     int n = list_slots(o, s, 64), have = 0;
     printf("    native:");
@@ -67,7 +70,8 @@ static void print_backend(const em_backend_ops *o) {
         if (s[i].ops) printf(" %s(%d ops)", s[i].name, s[i].ops);
         else printf(" %s", s[i].name);
     }
-    printf("%s\n    missing:", have ? "" : " (none)");
+    bool inherits = (o->caps & EM_CAP_HOST_MEMORY) && o->id != EM_BACKEND_REF;
+    printf("%s\n    %s:", have ? "" : " (none)", inherits ? "from ref" : "missing");
     int missing = 0;
     for (int i = 0; i < n; i++)
         if (!s[i].present) {
@@ -75,7 +79,9 @@ static void print_backend(const em_backend_ops *o) {
             missing++;
         }
     printf("%s\n", missing ? "" : " (none)");
-    printf("    %d of %d kernel slots native\n", have, n);
+    printf("    %d of %d kernel slots native%s\n", have, n,
+           inherits && missing ? " (the others run ref's kernels on this backend's host memory)"
+                               : "");
 }
 
 int main(int argc, char **argv) {
@@ -89,7 +95,7 @@ int main(int argc, char **argv) {
     printf("Backends compiled in:\n");
     int compiled = 0;
     for (int b = 0; b < EM_BACKEND_MAX; b++) {
-        const em_backend_ops *o = em_backend_get((em_backend)b);
+        const em_backend_ops *o = em_backend_get_native((em_backend)b);
         if (!o) continue;
         compiled++;
         print_backend(o);

@@ -119,6 +119,10 @@ typedef struct em_backend_ops {
     void (*memory)(void *ctx, size_t *in_use, size_t *peak);
     /** Sets the peak to the bytes in use now. May be NULL (then so is memory). */
     void (*memory_reset_peak)(void *ctx);
+    /** Bytes a caching allocator keeps for reuse (not in use). May be NULL: none. */
+    size_t (*memory_cached)(void *ctx);
+    /** Gives cached memory back to the system. May be NULL. */
+    void (*memory_release)(void *ctx);
 
     /* ---- creation ---- */
     /** out[...] = value (converted to out's dtype). */
@@ -213,8 +217,12 @@ typedef struct em_backend_ops {
  *  alloc, free, read, write, copy) are NULL. The table must outlive the process's use of it. */
 em_status em_backend_register(const em_backend_ops *ops);
 
-/** The registered table of a backend, or NULL. */
+/** The table the core routes a backend's calls through, or NULL when the backend is not
+ *  registered. For a backend with EM_CAP_HOST_MEMORY, every kernel slot it left NULL is
+ *  filled with the ref backend's kernel (they share the host-view conventions). */
 const em_backend_ops *em_backend_get(em_backend b);
+/** The backend's own table as registered (NULL slots included), or NULL. */
+const em_backend_ops *em_backend_get_native(em_backend b);
 
 /** For backends: sets this thread's error message (printf-style) and returns s. */
 em_status em_backend_set_error(em_status s, const char *fmt, ...)

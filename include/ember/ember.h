@@ -569,8 +569,9 @@ void em_grads_release(em_grads *g);
 /* ---- memory, from the backends' allocators ---- */
 
 typedef struct em_memory_stats {
-    size_t bytes_in_use; /* allocated by this device's backend now */
-    size_t peak_bytes;   /* the most in use since the last reset */
+    size_t bytes_in_use;  /* handed to tensors by this device's backend now */
+    size_t peak_bytes;    /* the most in use since the last reset */
+    size_t bytes_cached;  /* kept by a caching allocator for reuse (not in use) */
 } em_memory_stats;
 
 /** The memory use of a device (its inner device for autodiff ones). EM_ERR_UNSUPPORTED when
@@ -578,6 +579,9 @@ typedef struct em_memory_stats {
 em_status em_device_memory(em_device dev, em_memory_stats *out);
 /** Sets the device's peak to its current use. */
 em_status em_device_memory_reset_peak(em_device dev);
+/** Gives the memory a device's caching allocator keeps back to the system (a no-op for
+ *  backends without one). */
+em_status em_device_memory_release(em_device dev);
 
 #ifdef __cplusplus
 }

@@ -268,10 +268,16 @@ em_status em_backward(const em_tensor *loss, em_grads **out) {
                 s = emi_run_rule(n);
             }
         }
-        /* every consumer of n's value ran before n: what n holds for backward can go */
+        /* every consumer of n's value ran before n: what n holds for backward can go now,
+         * not at the end, so that saved values die as the walk passes them (the parents
+         * stay alive: `order` holds a reference to each node) */
         em_tensor_release(n->grad);
         em_tensor_release(n->cache);
         n->grad = n->cache = NULL;
+        if (n->rule) {
+            n->done = true;
+            emi_ad_node_spend(n);
+        }
     }
     /* the tape is freed: every node this backward walked is spent, leaves excepted */
     for (size_t k = 0; k < order.n; k++) {

@@ -49,10 +49,10 @@ em_status emi_ad_untracked_view(const em_tensor *t, em_tensor **out) {
     em_tensor *v;
     EMI_TRY(emi_view_tensor(t, t->v.shape, t->v.strides, t->v.rank, t->v.offset, &v));
     v->ad = NULL;
-    if (emi_kind(v->dtype) == EM_KIND_FLOAT) {
-        v->dev.autodiff = false;
-        v->dev.checkpointing = EM_CKPT_NONE;
-    }
+    /* every saved value (int and bool ones too) is a plain tensor of the inner device, so
+     * that what backward computes from it is never recorded */
+    v->dev.autodiff = false;
+    v->dev.checkpointing = EM_CKPT_NONE;
     *out = v;
     return EM_OK;
 }

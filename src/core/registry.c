@@ -6,22 +6,69 @@
 #include "core/internal.h"
 
 extern const em_backend_ops em_ref_backend_ops;
-
+#ifdef EMBER_WITH_CPU
+extern const em_backend_ops em_cpu_backend_ops;
+#endif
 
 static pthread_mutex_t emi_reg_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Built-in backends are in the table from the start; others arrive by em_backend_register. */
-_Atomic(const em_backend_ops *) emi_backends[EM_BACKEND_MAX] = {
-    [EM_BACKEND_REF] = &em_ref_backend_ops,
-};
+static pthread_once_t emi_reg_once = PTHREAD_ONCE_INIT;
+/* The tables the core routes through. For a backend whose buffers are host memory
+ * (EM_CAP_HOST_MEMORY) this is a copy of its table with every kernel slot it leaves NULL
+ * taken from the ref backend, whose kernels read and write host views the same way: such a
+ * backend implements natively what it makes faster and inherits the rest. */
+_Atomic(const em_backend_ops *) emi_backends[EM_BACKEND_MAX];
+/* The backends' own tables, as registered. */
+static _Atomic(const em_backend_ops *) emi_native[EM_BACKEND_MAX];
+static em_backend_ops emi_merged[EM_BACKEND_MAX];
 _Atomic(void *) emi_ctxs[EM_BACKEND_MAX][EMI_MAX_DEVICES];
+
+/* Every kernel slot of em_backend_ops (not the device and memory ones). */
+#define EMI_KERNEL_SLOTS(X)                                                                   \
+    X(fill) X(arange) X(random) X(unary) X(binary) X(binary_scalar) X(where) X(reduce)       \
+    X(cumsum) X(softmax) X(matmul) X(gather) X(scatter_add) X(index_select) X(sort)          \
+    X(conv2d) X(conv_transpose2d) X(max_pool2d) X(avg_pool2d) X(adaptive_avg_pool2d)         \
+    X(conv2d_weight_grad) X(avg_pool2d_backward) X(adaptive_avg_pool2d_backward)             \
+    X(layer_norm)
+
+/* Installs a backend's table (under emi_reg_lock or during init). */
+static void emi_install(const em_backend_ops *ops) {
+    const em_backend_ops *route = ops;
+    if ((ops->caps & EM_CAP_HOST_MEMORY) && ops->id != EM_BACKEND_REF) {
+        em_backend_ops *m = &emi_merged[ops->id];
+        const em_backend_ops *ref = &em_ref_backend_ops;
+        *m = *ops;
+#define EMI_FILL(slot)                                                                        \
+    if (!m->slot) m->slot = ref->slot;
+        EMI_KERNEL_SLOTS(EMI_FILL)
+#undef EMI_FILL
+        route = m;
+    }
+    atomic_store_explicit(&emi_native[ops->id], ops, memory_order_release);
+    atomic_store_explicit(&emi_backends[ops->id], route, memory_order_release);
+}
+
+static void emi_reg_init(void) {
+    emi_install(&em_ref_backend_ops);
+#ifdef EMBER_WITH_CPU
+    emi_install(&em_cpu_backend_ops);
+#endif
+}
 
 const em_backend_ops *em_backend_get(em_backend b) {
     if ((int)b < 0 || (int)b >= EM_BACKEND_MAX) return NULL;
+    pthread_once(&emi_reg_once, emi_reg_init);
     return atomic_load_explicit(&emi_backends[b], memory_order_acquire);
+}
+
+const em_backend_ops *em_backend_get_native(em_backend b) {
+    if ((int)b < 0 || (int)b >= EM_BACKEND_MAX) return NULL;
+    pthread_once(&emi_reg_once, emi_reg_init);
+    return atomic_load_explicit(&emi_native[b], memory_order_acquire);
 }
 
 em_status em_backend_register(const em_backend_ops *ops) {
     static const char fn[] = "em_backend_register";
+    pthread_once(&emi_reg_once, emi_reg_init);
     if (!ops) return emi_fail(EM_ERR_ARG, "%s: ops is NULL", fn);
     if (ops->abi_version != EM_BACKEND_ABI_VERSION)
         return emi_fail(EM_ERR_ARG, "%s: ABI version %u, this library speaks %u", fn,
@@ -43,12 +90,13 @@ em_status em_backend_register(const em_backend_ops *ops) {
         else if (o && strcmp(o->name, ops->name) == 0)
             s = emi_fail(EM_ERR_STATE, "%s: a backend named '%s' is registered", fn, ops->name);
     }
-    if (s == EM_OK) atomic_store_explicit(&emi_backends[ops->id], ops, memory_order_release);
+    if (s == EM_OK) emi_install(ops);
     pthread_mutex_unlock(&emi_reg_lock);
     return s;
 }
 
 em_status emi_backend_slow(em_device dev, const em_backend_ops **ops, void **ctx) {
+    pthread_once(&emi_reg_once, emi_reg_init);
     const em_backend_ops *o = em_backend_get(dev.backend);
     if (!o) return emi_fail(EM_ERR_DEVICE, "backend %d is not in this build", (int)dev.backend);
     if (dev.index < 0 || dev.index >= EMI_MAX_DEVICES)

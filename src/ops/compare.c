@@ -59,8 +59,13 @@ em_status em_masked_fill(const em_tensor *x, const em_tensor *mask, double value
                         fn, emi_shape_str(mask->v.shape, mask->v.rank, ms, sizeof ms),
                         emi_shape_str(x->v.shape, x->v.rank, xs, sizeof xs));
     }
+    /* The fill value is a constant: made on the inner device, it is no leaf of a graph.
+     * Only the where below records (masked_fill has no rule of its own). */
+    em_device inner = x->dev;
+    inner.autodiff = false;
+    inner.checkpointing = EM_CKPT_NONE;
     em_tensor *v = NULL;
-    EMI_TRY(em_full(NULL, 0, value, x->dtype, x->dev, &v));
+    EMI_TRY(em_full(NULL, 0, value, x->dtype, inner, &v));
     em_status s = ew_where(fn, mask, v, x, out);
     em_tensor_release(v);
     return s;

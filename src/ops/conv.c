@@ -1,9 +1,11 @@
 /*
  * conv.c — convolutions: em_conv1d, em_conv2d, em_conv_transpose2d. Shapes, errors and output
  * sizes follow PyTorch (torch.nn.functional.conv1d / conv2d / conv_transpose2d, batched NCHW
- * inputs). conv1d runs as conv2d with H = 1 through size-1 views.
+ * inputs). conv1d runs as conv2d with H = 1 through size-1 views. Each records itself for
+ * autodiff (conv1d with its own rule, since its views are internal); emi_conv2d_weight_grad is
+ * the internal entry point of the weight-gradient kernel that the rules use.
  */
-#include "core/internal.h"
+#include "autodiff/rules/rules.h"
 
 /* Parameters beyond this are refused (EM_ERR_ARG), which keeps the size arithmetic in int64. */
 #define CONV_PARAM_MAX ((int64_t)1 << 31)
@@ -189,6 +191,35 @@ static em_status conv_lift(const em_tensor *t, em_tensor **out) {
     return emi_view_tensor(t, shape, strides, 4, t->v.offset, out);
 }
 
+/** The params a rule records: the public params as given (defaults for NULL) and the args. */
+static emi_rule_conv_params conv_rule_params(const em_conv_params *p, const em_conv_args *a) {
+    emi_rule_conv_params rp;
+    memset(&rp, 0, sizeof rp);
+    rp.p = p ? *p : em_conv_params_default();
+    rp.a = *a;
+    return rp;
+}
+
+/** Runs a checked 2-d convolution and records it for autodiff with `rule`. */
+static em_status conv_record(const char *fn, const em_tensor *x, const em_tensor *w,
+                             const em_tensor *bias, const em_conv_params *p,
+                             const em_conv_args *a, bool transposed, const int64_t oshape[4],
+                             const emi_ad_rule *rule, em_tensor **out) {
+    const em_tensor *ins[3] = {x, w, bias};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 3, &ad));
+    em_tensor *o;
+    EMI_TRY(conv_run(fn, x, w, bias, a, transposed, oshape, &o));
+    const emi_rule_conv_params rp = conv_rule_params(p, a);
+    em_status s = emi_ad_end(&ad, rule, ins, 3, o, &rp, sizeof rp);
+    if (s != EM_OK) {
+        em_tensor_release(o);
+        return s;
+    }
+    *out = o;
+    return EM_OK;
+}
+
 em_status em_conv2d(const em_tensor *x, const em_tensor *w, const em_tensor *bias,
                     const em_conv_params *p, em_tensor **out) {
     static const char fn[] = "em_conv2d";
@@ -197,7 +228,7 @@ em_status em_conv2d(const em_tensor *x, const em_tensor *w, const em_tensor *bia
     EMI_TRY(conv_resolve(fn, p, 2, false, &a));
     int64_t oshape[4];
     EMI_TRY(conv_shape(fn, x, w, bias, &a, false, 2, oshape));
-    return conv_run(fn, x, w, bias, &a, false, oshape, out);
+    return conv_record(fn, x, w, bias, p, &a, false, oshape, &emi_rule_conv2d, out);
 }
 
 em_status em_conv_transpose2d(const em_tensor *x, const em_tensor *w, const em_tensor *bias,
@@ -208,7 +239,7 @@ em_status em_conv_transpose2d(const em_tensor *x, const em_tensor *w, const em_t
     EMI_TRY(conv_resolve(fn, p, 2, true, &a));
     int64_t oshape[4];
     EMI_TRY(conv_shape(fn, x, w, bias, &a, true, 2, oshape));
-    return conv_run(fn, x, w, bias, &a, true, oshape, out);
+    return conv_record(fn, x, w, bias, p, &a, true, oshape, &emi_rule_conv_transpose2d, out);
 }
 
 em_status em_conv1d(const em_tensor *x, const em_tensor *w, const em_tensor *bias,
@@ -217,6 +248,9 @@ em_status em_conv1d(const em_tensor *x, const em_tensor *w, const em_tensor *bia
     EMI_TRY(conv_check_tensors(fn, x, w, bias, 3, out));
     em_conv_args a;
     EMI_TRY(conv_resolve(fn, p, 1, false, &a));
+    const em_tensor *ins[3] = {x, w, bias};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 3, &ad));
     em_tensor *x4 = NULL, *w4 = NULL, *o4 = NULL;
     em_status s = conv_lift(x, &x4);
     if (s == EM_OK) s = conv_lift(w, &w4);
@@ -229,7 +263,79 @@ em_status em_conv1d(const em_tensor *x, const em_tensor *w, const em_tensor *bia
     /* Drop the size-1 H dim again: [N, O, 1, L'] -> [N, O, L']. */
     const int64_t shape[3] = {oshape[0], oshape[1], oshape[3]};
     const int64_t strides[3] = {o4->v.strides[0], o4->v.strides[1], o4->v.strides[3]};
-    s = emi_view_tensor(o4, shape, strides, 3, o4->v.offset, out);
+    em_tensor *o;
+    s = emi_view_tensor(o4, shape, strides, 3, o4->v.offset, &o);
     em_tensor_release(o4);
-    return s;
+    if (s != EM_OK) return s;
+    const emi_rule_conv_params rp = conv_rule_params(p, &a);
+    s = emi_ad_end(&ad, &emi_rule_conv1d, ins, 3, o, &rp, sizeof rp);
+    if (s != EM_OK) {
+        em_tensor_release(o);
+        return s;
+    }
+    *out = o;
+    return EM_OK;
+}
+
+/* ---- the weight gradient (internal: the autodiff rules call it) ---- */
+
+em_status emi_conv2d_weight_grad(const em_tensor *x, const em_tensor *gy, const int64_t kernel[2],
+                                 const em_conv_args *a, em_tensor **out) {
+    static const char fn[] = "emi_conv2d_weight_grad";
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_tensor(fn, "x", x));
+    EMI_TRY(emi_check_tensor(fn, "gy", gy));
+    if (!kernel || !a) return emi_fail(EM_ERR_ARG, "%s: kernel or args is NULL", fn);
+    EMI_TRY(emi_check_float(fn, x));
+    EMI_TRY(emi_check_same_dtype(fn, x, gy));
+    EMI_TRY(emi_check_same_device(fn, x, gy));
+    if (x->ad || gy->ad)
+        return emi_fail(EM_ERR_UNSUPPORTED, "%s: tracked inputs (no second derivatives)", fn);
+    if (x->v.rank != 4 || gy->v.rank != 4)
+        return emi_fail(EM_ERR_SHAPE, "%s: expected x and gy of rank 4, got %d and %d", fn,
+                        x->v.rank, gy->v.rank);
+    const int64_t G = a->groups, C = x->v.shape[1], O = gy->v.shape[1];
+    if (G < 1 || C % G != 0 || O % G != 0 || x->v.shape[0] != gy->v.shape[0])
+        return emi_fail(EM_ERR_SHAPE,
+                        "%s: x [%lld, %lld, ...] and gy [%lld, %lld, ...] do not fit groups=%lld",
+                        fn, (long long)x->v.shape[0], (long long)C, (long long)gy->v.shape[0],
+                        (long long)O, (long long)G);
+    for (int i = 0; i < 2; i++) {
+        if (kernel[i] < 1 || a->stride[i] < 1 || a->dilation[i] < 1 || a->padding[i] < 0 ||
+            kernel[i] > CONV_PARAM_MAX || a->stride[i] > CONV_PARAM_MAX ||
+            a->dilation[i] > CONV_PARAM_MAX || a->padding[i] > CONV_PARAM_MAX)
+            return emi_fail(EM_ERR_ARG, "%s: invalid kernel size or args", fn);
+        const int64_t padded = x->v.shape[2 + i] + 2 * a->padding[i];
+        const int64_t ek = a->dilation[i] * (kernel[i] - 1) + 1;
+        const int64_t o = padded < ek ? -1 : (padded - ek) / a->stride[i] + 1;
+        if (o != gy->v.shape[2 + i])
+            return emi_fail(EM_ERR_SHAPE, "%s: gy has %lld positions along dim %d, the "
+                            "convolution gives %lld", fn, (long long)gy->v.shape[2 + i], 2 + i,
+                            (long long)o);
+    }
+    const em_backend_ops *ops = x->st->ops;
+    EMI_TRY(emi_need(fn, ops, ops->conv2d_weight_grad != NULL, "conv2d_weight_grad"));
+    const int64_t wshape[4] = {O, C / G, kernel[0], kernel[1]};
+    const em_tensor *ins[2] = {x, gy};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 2, &ad));
+    em_tensor *gw;
+    EMI_TRY(emi_empty(fn, emi_result_device(ins, 2), x->v.dtype, wshape, 4, &gw));
+    em_status s = EM_OK;
+    if (emi_numel(wshape, 4) > 0) {
+        em_view xv, gv;
+        em_tensor *tx = NULL, *tg = NULL;
+        s = emi_input_view(fn, x, &xv, &tx);
+        if (s == EM_OK) s = emi_input_view(fn, gy, &gv, &tg);
+        if (s == EM_OK) s = ops->conv2d_weight_grad(x->st->ctx, &gw->v, &xv, &gv, a);
+        em_tensor_release(tx);
+        em_tensor_release(tg);
+    }
+    if (s == EM_OK) s = emi_ad_end(&ad, NULL, ins, 2, gw, NULL, 0);
+    if (s != EM_OK) {
+        em_tensor_release(gw);
+        return s;
+    }
+    *out = gw;
+    return EM_OK;
 }

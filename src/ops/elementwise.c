@@ -108,10 +108,10 @@ static em_status unary_core(const char *fn, em_unary_op op, ew_kind k, const em_
         EW_TRY(emi_input_view(fn, x, &vx, &tx));
         EW_TRY(ops->unary(x->st->ctx, op, &o->v, &vx, params));
     }
-    if (o != consumed || ad.tracked) {
-        emi_rule_unary_params p = {op, {params ? params[0] : 0, params ? params[1] : 0}};
-        EW_TRY(emi_ad_end(&ad, emi_rules_unary[op], ins, 1, o, &p, sizeof p));
-    }
+    /* Also when x was reused in place (untracked): the result takes the inputs' device and
+     * mark like any other result. */
+    emi_rule_unary_params up = {op, {params ? params[0] : 0, params ? params[1] : 0}};
+    EW_TRY(emi_ad_end(&ad, emi_rules_unary[op], ins, 1, o, &up, sizeof up));
 done:
     em_tensor_release(tx);
     return ew_finish(s, consumed, o, out);
@@ -163,8 +163,7 @@ static em_status binary_core(const char *fn, em_binary_op op, ew_kind k, const e
         EW_TRY(emi_operand(fn, b, shape, rank, &sb, &vb, &tb));
         EW_TRY(ops->binary(a->st->ctx, op, &o->v, va, vb));
     }
-    if (o != consumed || ad.tracked)
-        EW_TRY(emi_ad_end(&ad, emi_rules_binary[op], ins, 2, o, &op, sizeof op));
+    EW_TRY(emi_ad_end(&ad, emi_rules_binary[op], ins, 2, o, &op, sizeof op));
 done:
     em_tensor_release(ta);
     em_tensor_release(tb);
@@ -204,10 +203,8 @@ static em_status scalar_core(const char *fn, em_binary_op op, ew_kind k, const e
         EW_TRY(emi_input_view(fn, a, &va, &ta));
         EW_TRY(ops->binary_scalar(a->st->ctx, op, &o->v, &va, cs));
     }
-    if (o != consumed || ad.tracked) {
-        emi_rule_scalar_params p = {op, cs};
-        EW_TRY(emi_ad_end(&ad, emi_rules_scalar[op], ins, 1, o, &p, sizeof p));
-    }
+    emi_rule_scalar_params sp = {op, cs};
+    EW_TRY(emi_ad_end(&ad, emi_rules_scalar[op], ins, 1, o, &sp, sizeof sp));
 done:
     em_tensor_release(ta);
     return ew_finish(s, consumed, o, out);

@@ -3,6 +3,12 @@
  * The core checks shapes and reads every index tensor to the host to range-check it before
  * the backend's kernel runs, so kernels never see a bad index. 0-d tensors reach kernels as
  * 1-d views of one element.
+ *
+ * Autodiff: gather, scatter_add and index_select record themselves with the index tensor as
+ * an input of the node (an untracked constant, saved for backward); sort and topk record
+ * their values output as a gather of x by the indices they found (computed for that even
+ * when the caller does not want them); one_hot is composed of public ops, which record;
+ * integer results (argsort, indices) only get the device and checkpointing mark.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -52,12 +58,13 @@ em_status em_gather(const em_tensor *x, int dim, const em_tensor *index, em_tens
     EMI_TRY(lay_check_indices(fn, index, lay_size(&x->v, d), d));
     const em_backend_ops *ops = x->st->ops;
     EMI_TRY(emi_need(fn, ops, ops->gather != NULL, "gather"));
+    const em_tensor *ins[2] = {x, index};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 2, &ad));
     em_tensor *res = NULL;
     EMI_TRY(emi_empty(fn, x->dev, x->dtype, index->v.shape, index->v.rank, &res));
-    if (emi_numel(index->v.shape, index->v.rank) == 0) {
-        *out = res;
-        return EM_OK;
-    }
+    if (emi_numel(index->v.shape, index->v.rank) == 0)
+        return lay_ad_finish(&ad, &emi_rule_gather, ins, 2, res, &d, sizeof d, out);
     em_view xv, iv, ov = res->v;
     em_tensor *xt = NULL, *it = NULL;
     em_status s = emi_input_view(fn, x, &xv, &xt);
@@ -74,8 +81,7 @@ em_status em_gather(const em_tensor *x, int dim, const em_tensor *index, em_tens
         em_tensor_release(res);
         return s;
     }
-    *out = res;
-    return EM_OK;
+    return lay_ad_finish(&ad, &emi_rule_gather, ins, 2, res, &d, sizeof d, out);
 }
 
 /* em_scatter_add: a copy of x with src[...] added at x[... index[...] at dim ...]
@@ -104,15 +110,20 @@ em_status em_scatter_add(const em_tensor *x, int dim, const em_tensor *index,
     EMI_TRY(lay_check_indices(fn, index, lay_size(&x->v, d), d));
     const em_backend_ops *ops = x->st->ops;
     EMI_TRY(emi_need(fn, ops, ops->scatter_add != NULL, "scatter_add"));
-    em_tensor *res = NULL;
-    EMI_TRY(em_clone(x, &res));
-    if (emi_numel(index->v.shape, index->v.rank) == 0) {
-        *out = res;
-        return EM_OK;
-    }
+    const em_tensor *ins[3] = {x, index, src};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 3, &ad));
+    em_tensor *res = NULL, *alias = NULL;
+    const em_tensor *xs = NULL;
+    EMI_TRY(lay_ad_inner(x, &xs, &alias));
+    em_status s = em_clone(xs, &res);
+    em_tensor_release(alias);
+    if (s != EM_OK) return s;
+    if (emi_numel(index->v.shape, index->v.rank) == 0)
+        return lay_ad_finish(&ad, &emi_rule_scatter_add, ins, 3, res, &d, sizeof d, out);
     em_view iv, sv, ov = res->v;
     em_tensor *st = NULL, *it = NULL;
-    em_status s = emi_input_view(fn, src, &sv, &st);
+    s = emi_input_view(fn, src, &sv, &st);
     if (s == EM_OK) s = emi_input_view(fn, index, &iv, &it);
     if (s == EM_OK) {
         /* The kernel reads src over index's extent only. */
@@ -128,8 +139,7 @@ em_status em_scatter_add(const em_tensor *x, int dim, const em_tensor *index,
         em_tensor_release(res);
         return s;
     }
-    *out = res;
-    return EM_OK;
+    return lay_ad_finish(&ad, &emi_rule_scatter_add, ins, 3, res, &d, sizeof d, out);
 }
 
 /* em_index_select: the entries of x at the positions of a 1-d (or 0-d) index along dim; the
@@ -161,12 +171,13 @@ em_status em_index_select(const em_tensor *x, int dim, const em_tensor *index,
     if (r > 0) shape[d] = n;
     int64_t numel = 0;
     EMI_TRY(emi_check_shape(fn, shape, r, &numel));
+    const em_tensor *ins[2] = {x, index};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 2, &ad));
     em_tensor *res = NULL;
     EMI_TRY(emi_empty(fn, x->dev, x->dtype, shape, r, &res));
-    if (numel == 0) {
-        *out = res;
-        return EM_OK;
-    }
+    if (numel == 0)
+        return lay_ad_finish(&ad, &emi_rule_index_select, ins, 2, res, &d, sizeof d, out);
     em_view xv, iv, ov = res->v;
     em_tensor *xt = NULL, *it = NULL;
     em_status s = emi_input_view(fn, x, &xv, &xt);
@@ -183,8 +194,7 @@ em_status em_index_select(const em_tensor *x, int dim, const em_tensor *index,
         em_tensor_release(res);
         return s;
     }
-    *out = res;
-    return EM_OK;
+    return lay_ad_finish(&ad, &emi_rule_index_select, ins, 2, res, &d, sizeof d, out);
 }
 
 /* em_one_hot: index (EM_I64 / EM_I32) encoded along a new last dim of num_classes entries of
@@ -212,7 +222,14 @@ em_status em_one_hot(const em_tensor *index, int64_t num_classes, em_dtype dt,
     shape[r] = num_classes;
     EMI_TRY(emi_check_shape(fn, shape, r + 1, &numel));
     EMI_TRY(lay_check_indices(fn, index, num_classes, -1));
-    if (numel == 0) return emi_empty(fn, index->dev, dt, shape, r + 1, out);
+    if (numel == 0) {
+        /* like the composed result: a constant of the graph on an autodiff device */
+        emi_ad_op ad;
+        EMI_TRY(emi_ad_begin(fn, &index, 1, &ad));
+        em_tensor *res = NULL;
+        EMI_TRY(emi_empty(fn, index->dev, dt, shape, r + 1, &res));
+        return lay_ad_finish(&ad, NULL, &index, 1, res, NULL, 0, out);
+    }
     em_tensor *u = NULL, *ar = NULL, *eq = NULL;
     em_status s = em_unsqueeze(index, -1, &u);
     if (s == EM_OK) s = em_arange(0.0, (double)num_classes, 1.0, index->dtype, index->dev, &ar);
@@ -271,6 +288,27 @@ static em_status lay_sort_args(const char *fn, const em_tensor *x, int dim, cons
     return lay_dim(fn, dim, x->v.rank, d);
 }
 
+/** Records the results of sort / topk: vals (may be NULL) as a gather of x by idx with
+ *  `rule`, idx (an int result, may be NULL) with no rule. Hands them to *values / *indices
+ *  (idx is released when indices is NULL); on failure releases both. */
+static em_status lay_sort_finish(const emi_ad_op *ad, const emi_ad_rule *rule,
+                                 const em_tensor *x, int d, em_tensor *vals, em_tensor *idx,
+                                 em_tensor **values, em_tensor **indices) {
+    em_status s = EM_OK;
+    const em_tensor *ins[2] = {x, idx};
+    if (vals) s = emi_ad_end(ad, rule, ins, 2, vals, &d, sizeof d);
+    if (s == EM_OK && idx && indices) s = emi_ad_end(ad, NULL, &x, 1, idx, NULL, 0);
+    if (s != EM_OK) {
+        em_tensor_release(vals);
+        em_tensor_release(idx);
+        return s;
+    }
+    if (values) *values = vals;
+    if (indices) *indices = idx;
+    else em_tensor_release(idx);
+    return EM_OK;
+}
+
 /* em_sort: stable sort along dim; NaN sorts last ascending, first descending. values (x's
  * dtype) or indices (EM_I64) may be NULL, not both. */
 em_status em_sort(const em_tensor *x, int dim, bool descending, em_tensor **values,
@@ -278,7 +316,13 @@ em_status em_sort(const em_tensor *x, int dim, bool descending, em_tensor **valu
     static const char fn[] = "em_sort";
     int d = 0;
     EMI_TRY(lay_sort_args(fn, x, dim, values, indices, &d));
-    return lay_sort(fn, x, d, descending, values, indices);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    /* recorded values need the indices for backward */
+    bool want_idx = indices || (values && ad.tracked);
+    em_tensor *vals = NULL, *idx = NULL;
+    EMI_TRY(lay_sort(fn, x, d, descending, values ? &vals : NULL, want_idx ? &idx : NULL));
+    return lay_sort_finish(&ad, &emi_rule_sort, x, d, vals, idx, values, indices);
 }
 
 /* em_argsort: the EM_I64 indices that sort x along dim (stable). */
@@ -287,7 +331,11 @@ em_status em_argsort(const em_tensor *x, int dim, bool descending, em_tensor **o
     int d = 0;
     EMI_TRY(emi_check_out(fn, out));
     EMI_TRY(lay_sort_args(fn, x, dim, NULL, out, &d));
-    return lay_sort(fn, x, d, descending, NULL, out);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    em_tensor *idx = NULL;
+    EMI_TRY(lay_sort(fn, x, d, descending, NULL, &idx));
+    return lay_ad_finish(&ad, NULL, &x, 1, idx, NULL, 0, out);
 }
 
 /** The first k entries of a sorted result along d, as a contiguous tensor. Consumes t. */
@@ -317,9 +365,18 @@ em_status em_topk(const em_tensor *x, int64_t k, int dim, bool largest, em_tenso
     if (k < 0 || k > size || (x->v.rank == 0 && k != 1))
         return emi_fail(EM_ERR_ARG, "%s: k = %lld is out of range for dim %d of size %lld", fn,
                         (long long)k, dim, (long long)size);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    /* recorded values need the indices for backward */
+    bool want_idx = indices || (values && ad.tracked);
+    /* computed from the inner alias: the slices and copies inside record nothing */
+    const em_tensor *xs = NULL;
+    em_tensor *alias = NULL;
+    EMI_TRY(lay_ad_inner(x, &xs, &alias));
     em_tensor *sv = NULL, *si = NULL, *rv = NULL, *ri = NULL;
-    EMI_TRY(lay_sort(fn, x, d, largest, values ? &sv : NULL, indices ? &si : NULL));
-    em_status s = EM_OK;
+    em_status s = lay_sort(fn, xs, d, largest, values ? &sv : NULL, want_idx ? &si : NULL);
+    em_tensor_release(alias);
+    if (s != EM_OK) return s;
     if (sv) s = lay_head(sv, d, k, &rv);
     if (si) {
         if (s == EM_OK) s = lay_head(si, d, k, &ri);
@@ -330,7 +387,5 @@ em_status em_topk(const em_tensor *x, int64_t k, int dim, bool largest, em_tenso
         em_tensor_release(ri);
         return s;
     }
-    if (values) *values = rv;
-    if (indices) *indices = ri;
-    return EM_OK;
+    return lay_sort_finish(&ad, &emi_rule_topk, x, d, rv, ri, values, indices);
 }

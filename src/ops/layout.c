@@ -2,6 +2,9 @@
  * layout.c — the layout ops that copy: slice_assign, cat, stack, repeat. Each allocates a
  * fresh output and fills it with the backend's copy slot (emi_copy_into) through views of the
  * output, so no dedicated kernel is needed.
+ *
+ * Autodiff: each op records itself once (stack with its own rule, not as unsqueeze + cat);
+ * the public ops they call inside run on untracked inner aliases and record nothing.
  */
 #include <limits.h>
 #include <string.h>
@@ -20,6 +23,10 @@ static em_status lay_copy_to_region(const char *fn, em_tensor *base, const int64
     return s;
 }
 
+static em_status lay_slice_assign(const char *fn, const em_tensor *x, int d, int64_t start,
+                                  int64_t stop, int64_t step, const em_tensor *value,
+                                  em_tensor **out);
+
 /* em_slice_assign: a copy of x whose slice start:stop:step along dim is overwritten by value
  * (same dtype and device, broadcast to the slice's shape). */
 em_status em_slice_assign(const em_tensor *x, int dim, int64_t start, int64_t stop,
@@ -35,6 +42,25 @@ em_status em_slice_assign(const em_tensor *x, int dim, int64_t start, int64_t st
     int d = 0;
     EMI_TRY(emi_norm_dim(fn, dim, x->v.rank, &d));
     if (step == 0) return emi_fail(EM_ERR_ARG, "%s: step must not be 0", fn);
+    const em_tensor *ins[2] = {x, value};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 2, &ad));
+    em_tensor *xa = NULL, *va = NULL;
+    em_status s = lay_ad_inner(x, &x, &xa);
+    if (s == EM_OK) s = lay_ad_inner(value, &value, &va);
+    em_tensor *res = NULL;
+    if (s == EM_OK) s = lay_slice_assign(fn, x, d, start, stop, step, value, &res);
+    em_tensor_release(xa);
+    em_tensor_release(va);
+    if (s != EM_OK) return s;
+    emi_rule_slice_params p = {d, start, stop, step};
+    return lay_ad_finish(&ad, &emi_rule_slice_assign, ins, 2, res, &p, sizeof p, out);
+}
+
+/** slice_assign after the argument checks (d normalized), without recording. */
+static em_status lay_slice_assign(const char *fn, const em_tensor *x, int d, int64_t start,
+                                  int64_t stop, int64_t step, const em_tensor *value,
+                                  em_tensor **out) {
     /* The slice's shape, from a view of x (cheap; checks nothing more). */
     em_tensor *probe = NULL;
     EMI_TRY(em_slice(x, d, start, stop, step, &probe));
@@ -117,6 +143,8 @@ em_status em_cat(const em_tensor *const *xs, size_t n, int dim, em_tensor **out)
     }
     int64_t numel = 0;
     EMI_TRY(emi_check_shape(fn, shape, r, &numel));
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, xs, (int)n, &ad));
     em_tensor *res = NULL;
     EMI_TRY(emi_empty(fn, emi_result_device(xs, (int)n),
                       xs[0]->dtype, shape, r, &res));
@@ -132,8 +160,7 @@ em_status em_cat(const em_tensor *const *xs, size_t n, int dim, em_tensor **out)
         }
         at += v->shape[d];
     }
-    *out = res;
-    return EM_OK;
+    return lay_ad_finish(&ad, &emi_rule_cat, xs, (int)n, res, &d, sizeof d, out);
 }
 
 /* em_stack: stacks n tensors of one shape along a new dim (in -rank-1 .. rank). */
@@ -161,6 +188,8 @@ em_status em_stack(const em_tensor *const *xs, size_t n, int dim, em_tensor **ou
     for (int k = 0, j = 0; k <= r; k++) shape[k] = k == d ? (int64_t)n : xs[0]->v.shape[j++];
     int64_t numel = 0;
     EMI_TRY(emi_check_shape(fn, shape, r + 1, &numel));
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, xs, (int)n, &ad));
     em_tensor *res = NULL;
     EMI_TRY(emi_empty(fn, emi_result_device(xs, (int)n),
                       xs[0]->dtype, shape, r + 1, &res));
@@ -176,8 +205,7 @@ em_status em_stack(const em_tensor *const *xs, size_t n, int dim, em_tensor **ou
             return s;
         }
     }
-    *out = res;
-    return EM_OK;
+    return lay_ad_finish(&ad, &emi_rule_stack, xs, (int)n, res, &d, sizeof d, out);
 }
 
 /** One tiling stage of repeat: cur (contiguous, viewed as [A, 1, B] where A is the product of
@@ -205,6 +233,9 @@ static em_status lay_tile(const char *fn, const em_tensor *cur, const int64_t *s
     return EM_OK;
 }
 
+static em_status lay_repeat(const char *fn, const em_tensor *x, const int64_t *reps, int nreps,
+                            const int64_t *pshape, em_tensor **out);
+
 /* em_repeat: x tiled reps[i] times along each dim, like torch.Tensor.repeat (x is padded
  * with leading size-1 dims to nreps dims; nreps < rank is EM_ERR_ARG). Always a copy. */
 em_status em_repeat(const em_tensor *x, const int64_t *reps, int nreps, em_tensor **out) {
@@ -220,7 +251,7 @@ em_status em_repeat(const em_tensor *x, const int64_t *reps, int nreps, em_tenso
     if (nreps < xr)
         return emi_fail(EM_ERR_ARG, "%s: %d reps for a tensor of rank %d (need at least %d)", fn,
                         nreps, xr, xr);
-    int64_t pshape[EM_MAX_RANK], oshape[EM_MAX_RANK];
+    int64_t pshape[EM_MAX_RANK] = {0}, oshape[EM_MAX_RANK];
     for (int i = 0; i < nreps; i++) {
         if (reps[i] < 0)
             return emi_fail(EM_ERR_ARG, "%s: negative repeat %lld at dim %d", fn,
@@ -233,7 +264,28 @@ em_status em_repeat(const em_tensor *x, const int64_t *reps, int nreps, em_tenso
     }
     int64_t numel = 0;
     EMI_TRY(emi_check_shape(fn, oshape, nreps, &numel));
-    if (numel == 0) return emi_empty(fn, x->dev, x->dtype, oshape, nreps, out);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    emi_rule_repeat_params p = {nreps, {0}};
+    if (nreps > 0) memcpy(p.reps, reps, sizeof(int64_t) * (size_t)nreps);
+    em_tensor *res = NULL;
+    if (numel == 0) {
+        EMI_TRY(emi_empty(fn, x->dev, x->dtype, oshape, nreps, &res));
+    } else {
+        const em_tensor *xs = NULL;
+        em_tensor *alias = NULL;
+        EMI_TRY(lay_ad_inner(x, &xs, &alias));
+        em_status s = lay_repeat(fn, xs, reps, nreps, pshape, &res);
+        em_tensor_release(alias);
+        if (s != EM_OK) return s;
+    }
+    return lay_ad_finish(&ad, &emi_rule_repeat, &x, 1, res, &p, sizeof p, out);
+}
+
+/** repeat of a non-empty result after the argument checks (pshape: x's shape padded to
+ *  nreps dims), without recording. */
+static em_status lay_repeat(const char *fn, const em_tensor *x, const int64_t *reps, int nreps,
+                            const int64_t *pshape, em_tensor **out) {
     /* Start from a contiguous copy with the padded shape, then tile one dim at a time. */
     em_tensor *cur = NULL, *tmp = NULL;
     EMI_TRY(em_clone(x, &tmp));

@@ -1,13 +1,14 @@
 /*
  * layout_util.h — small helpers shared by the layout and indexing entry points (view.c,
  * layout.c, index.c): dim normalization that accepts 0-d tensors, the 0-d to 1-d view trick
- * for kernels, and the host-side range check of index tensors.
+ * for kernels, the host-side range check of index tensors, and the autodiff recording steps.
  */
 #ifndef EMBER_OPS_LAYOUT_UTIL_H
 #define EMBER_OPS_LAYOUT_UTIL_H
 
 #include <stdlib.h>
 
+#include "autodiff/rules/rules.h"
 #include "core/internal.h"
 
 /** Normalizes dim like emi_norm_dim, but a 0-d tensor accepts dims 0 and -1 (as PyTorch). */
@@ -57,6 +58,35 @@ static inline em_status lay_check_indices(const char *fn, const em_tensor *index
     }
     free(data);
     return s;
+}
+
+/* ---- autodiff ---- */
+
+/** The tensor an op computes from when it calls other public ops inside: t itself, or, when
+ *  t lives on an autodiff device, an untracked alias on its inner device (*alias, a new
+ *  reference to release after computing), so that those inner calls record nothing; the op
+ *  records itself once at the end. */
+static inline em_status lay_ad_inner(const em_tensor *t, const em_tensor **use,
+                                     em_tensor **alias) {
+    *alias = NULL;
+    *use = t;
+    if (!t || !t->dev.autodiff) return EM_OK;
+    EMI_TRY(em_tensor_detach(t, alias));
+    *use = *alias;
+    return EM_OK;
+}
+
+/** Ends an op recorded by autodiff (emi_ad_end): hands o to *out, or releases it on failure. */
+static inline em_status lay_ad_finish(const emi_ad_op *ad, const emi_ad_rule *rule,
+                                      const em_tensor *const *ins, int n, em_tensor *o,
+                                      const void *params, size_t psize, em_tensor **out) {
+    em_status s = emi_ad_end(ad, rule, ins, n, o, params, psize);
+    if (s != EM_OK) {
+        em_tensor_release(o);
+        return s;
+    }
+    *out = o;
+    return EM_OK;
 }
 
 #endif /* EMBER_OPS_LAYOUT_UTIL_H */

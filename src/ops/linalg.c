@@ -4,8 +4,9 @@
  * A 1-d a is promoted to [1, k] and a 1-d b to [k, 1]; the added dims are left out of the
  * result. Batch dims (all but the last two) broadcast. The backend's matmul slot gets out as
  * [batch..., m, n] and a, b with out's rank, their batch dims broadcast by stride-0 views.
+ * A float result records emi_rule_matmul (src/autodiff/rules/linalg.c).
  */
-#include "core/internal.h"
+#include "autodiff/rules/rules.h"
 
 /** The kernel view of operand v: promoted when 1-d (as a row for a, a column for b), then
  *  given out's batch dims `ks[0..krank-2)` with stride 0 where it broadcasts. */
@@ -91,6 +92,8 @@ em_status em_matmul(const em_tensor *a, const em_tensor *b, em_tensor **out) {
     const em_backend_ops *ops = a->st->ops;
     EMI_TRY(emi_need(fn, ops, ops->matmul != NULL, "matmul"));
     const em_tensor *ins[2] = {a, b};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 2, &ad));
     em_tensor *o = NULL;
     EMI_TRY(emi_empty(fn, emi_result_device(ins, 2), a->dtype, fs, fr, &o));
     if (emi_numel(ks, krank) > 0) {
@@ -111,6 +114,11 @@ em_status em_matmul(const em_tensor *a, const em_tensor *b, em_tensor **out) {
             em_tensor_release(o);
             return s;
         }
+    }
+    em_status s = emi_ad_end(&ad, &emi_rule_matmul, ins, 2, o, NULL, 0);
+    if (s != EM_OK) {
+        em_tensor_release(o);
+        return s;
     }
     *out = o;
     return EM_OK;

@@ -2,12 +2,13 @@
  * nn.c — the neural ops that are not convolution or pooling: em_embedding, em_layer_norm,
  * em_dropout and em_cross_entropy. layer_norm routes to its backend slot; the others compose
  * from public ops (index_select, reshape, rand_bernoulli, mul, log_softmax, gather, mean...),
- * so that every backend and the autodiff layer get them for free.
+ * so that every backend and the autodiff layer get them for free: only layer_norm records a
+ * rule of its own; the compositions are recorded by their parts.
  */
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/internal.h"
+#include "autodiff/rules/rules.h"
 
 /** Reads an EM_I64/EM_I32 tensor to the host and checks each value is in [0, limit):
  *  "<fn>: <what> 7 is out of range [0, 5)". */
@@ -131,21 +132,20 @@ em_status em_layer_norm(const em_tensor *x, int normalized_ndim, const em_tensor
     const em_backend_ops *ops = x->st->ops;
     EMI_TRY(emi_need(fn, ops, ops->layer_norm != NULL, "layer_norm"));
     const em_tensor *ins[3] = {x, weight, bias};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 3, &ad));
     em_tensor *o;
     EMI_TRY(emi_empty(fn, emi_result_device(ins, 1), x->v.dtype, x->v.shape, x->v.rank, &o));
     const int64_t numel = emi_numel(x->v.shape, x->v.rank);
     const int64_t cols = emi_numel(x->v.shape + (x->v.rank - normalized_ndim), normalized_ndim);
-    if (numel == 0) {
-        *out = o;
-        return EM_OK;
-    }
-    const int64_t rows = numel / cols;
+    const int64_t rows = numel ? numel / cols : 0;
     const em_tensor *xc = NULL, *wc = NULL, *bc = NULL;
     em_tensor *tx = NULL, *tw = NULL, *tb = NULL;
-    em_status s = nn_contiguous(fn, x, &xc, &tx);
-    if (s == EM_OK && weight) s = nn_contiguous(fn, weight, &wc, &tw);
-    if (s == EM_OK && bias) s = nn_contiguous(fn, bias, &bc, &tb);
-    if (s == EM_OK) {
+    em_status s = EM_OK;
+    if (numel > 0) s = nn_contiguous(fn, x, &xc, &tx);
+    if (numel > 0 && s == EM_OK && weight) s = nn_contiguous(fn, weight, &wc, &tw);
+    if (numel > 0 && s == EM_OK && bias) s = nn_contiguous(fn, bias, &bc, &tb);
+    if (numel > 0 && s == EM_OK) {
         const em_view ov = nn_flat_view(o, rows, cols), xv = nn_flat_view(xc, rows, cols);
         em_view wv, bv;
         if (wc) wv = nn_flat_view(wc, -1, cols);
@@ -155,6 +155,10 @@ em_status em_layer_norm(const em_tensor *x, int normalized_ndim, const em_tensor
     em_tensor_release(tx);
     em_tensor_release(tw);
     em_tensor_release(tb);
+    if (s == EM_OK) {
+        const emi_rule_layer_norm_params rp = {normalized_ndim, eps};
+        s = emi_ad_end(&ad, &emi_rule_layer_norm, ins, 3, o, &rp, sizeof rp);
+    }
     if (s != EM_OK) {
         em_tensor_release(o);
         return s;

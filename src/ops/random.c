@@ -1,12 +1,13 @@
 /*
  * random.c — em_rand_uniform, em_rand_normal, em_rand_bernoulli: checks, then the backend's
  * `random` slot (Philox-4x32-10; the exact counter-to-value mapping is documented at the top
- * of src/backends/ref/random.c, and every backend reproduces it).
+ * of src/backends/ref/random.c, and every backend reproduces it). On an autodiff device a
+ * float result is a leaf of the graph (a constant), as em_full's.
  */
 #include <math.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "autodiff/autodiff.h"
 
 /** Checks the shared arguments, allocates the output on dev and fills it with op. */
 static em_status rand_make(const char *fn, const int64_t *shape, int rank, em_dtype dt,
@@ -26,12 +27,11 @@ static em_status rand_make(const char *fn, const int64_t *shape, int rank, em_dt
     if (numel > 0) EMI_TRY(emi_need(fn, ops, ops->random != NULL, "random"));
     em_tensor *t;
     EMI_TRY(emi_empty(fn, dev, dt, shape, rank, &t));
-    if (numel > 0) {
-        s = ops->random(t->st->ctx, op, &t->v, seed, params);
-        if (s != EM_OK) {
-            em_tensor_release(t);
-            return s;
-        }
+    if (numel > 0) s = ops->random(t->st->ctx, op, &t->v, seed, params);
+    if (s == EM_OK) s = emi_ad_created(t, dev);
+    if (s != EM_OK) {
+        em_tensor_release(t);
+        return s;
     }
     *out = t;
     return EM_OK;

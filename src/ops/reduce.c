@@ -6,8 +6,11 @@
  * whole form); without keepdim the result is a view of that output without the reduced dim.
  * Result dtypes follow PyTorch: sum and prod of ints give EM_I64, argmax/argmin EM_I64,
  * max/min keep the dtype; mean, var and logsumexp take floats only.
+ *
+ * Autodiff: each float result records its rule (src/autodiff/rules/reduce.c) with the
+ * normalized dim (-1 for a whole reduction), keepdim and correction.
  */
-#include "core/internal.h"
+#include "autodiff/rules/rules.h"
 
 /** Normalizes the dim of a _dim form into *d; a 0-d tensor takes 0 and -1 and reduces as a
  *  whole (*d = -1), like PyTorch. */
@@ -57,12 +60,16 @@ static em_status reduce(const char *fn, em_reduce_op op, const em_tensor *x, boo
     }
     const em_backend_ops *ops = x->st->ops;
     EMI_TRY(emi_need(fn, ops, ops->reduce != NULL, "reduce"));
+    const em_tensor *ins[1] = {x};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 1, &ad));
 
     int64_t shape[EM_MAX_RANK];
     int orank = d < 0 ? 0 : rank;
     for (int i = 0; i < orank; i++) shape[i] = i == d ? 1 : x->v.shape[i];
     em_tensor *o = NULL;
-    EMI_TRY(emi_empty(fn, x->dev, red_out_dtype(op, x->dtype), shape, orank, &o));
+    EMI_TRY(emi_empty(fn, emi_result_device(ins, 1), red_out_dtype(op, x->dtype), shape, orank,
+                      &o));
     if (emi_numel(shape, orank) > 0) {
         em_view iv;
         em_tensor *tmp = NULL;
@@ -87,6 +94,13 @@ static em_status reduce(const char *fn, em_reduce_op op, const em_tensor *x, boo
         em_tensor_release(o);
         EMI_TRY(s);
         o = r;
+    }
+    /* argmax / argmin (int results) have no rule */
+    emi_rule_reduce_params p = {op, d, keepdim, correction};
+    em_status s = emi_ad_end(&ad, emi_rules_reduce[op], ins, 1, o, &p, sizeof p);
+    if (s != EM_OK) {
+        em_tensor_release(o);
+        return s;
     }
     *out = o;
     return EM_OK;

@@ -2,9 +2,10 @@
  * softmax.c — the shape-keeping ops along one dim: cumsum, softmax, log_softmax.
  *
  * Each routes to its backend slot with a dim in [0, rank); a 0-d input (which takes dim 0 or
- * -1, like PyTorch) is handed to the kernel as a one-element 1-d view.
+ * -1, like PyTorch) is handed to the kernel as a one-element 1-d view. Float results record
+ * their rule (src/autodiff/rules/reduce.c) with the normalized dim.
  */
-#include "core/internal.h"
+#include "autodiff/rules/rules.h"
 
 /** Normalizes dim; a 0-d tensor takes 0 and -1. */
 static em_status along_dim(const char *fn, int dim, int rank, int *d) {
@@ -40,8 +41,11 @@ static em_status along(const char *fn, const em_tensor *x, int dim, em_dtype odt
         EMI_TRY(emi_need(fn, ops, ops->cumsum != NULL, "cumsum"));
     else
         EMI_TRY(emi_need(fn, ops, ops->softmax != NULL, "softmax"));
+    const em_tensor *ins[1] = {x};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 1, &ad));
     em_tensor *o = NULL;
-    EMI_TRY(emi_empty(fn, x->dev, odt, x->v.shape, x->v.rank, &o));
+    EMI_TRY(emi_empty(fn, emi_result_device(ins, 1), odt, x->v.shape, x->v.rank, &o));
     if (emi_numel(x->v.shape, x->v.rank) > 0) {
         em_view iv, iv1, ov1;
         em_tensor *tmp = NULL;
@@ -59,6 +63,13 @@ static em_status along(const char *fn, const em_tensor *x, int dim, em_dtype odt
             em_tensor_release(o);
             return s;
         }
+    }
+    const emi_ad_rule *rule = log_ < 0 ? &emi_rule_cumsum
+                              : log_ > 0 ? &emi_rule_log_softmax : &emi_rule_softmax;
+    em_status s = emi_ad_end(&ad, rule, ins, 1, o, &d, sizeof d);
+    if (s != EM_OK) {
+        em_tensor_release(o);
+        return s;
     }
     *out = o;
     return EM_OK;

@@ -4,6 +4,10 @@
  * shape / strides / offset over the input's storage and shares its buffer (emi_view_tensor);
  * no data moves, except reshape of a tensor whose strides cannot be regrouped, which copies
  * through em_contiguous first.
+ *
+ * Autodiff: each view is recorded like any op (the output gets its own node, whose rule
+ * redoes the view from the input's value when BALANCED recomputes it); split records each
+ * piece as a slice.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -62,10 +66,18 @@ static bool lay_view_strides(const int64_t *oshape, const int64_t *ostrides, int
     return view_d == -1;
 }
 
+/** Records o, a view-like result of x whose recompute is a reshape of x to o's shape. */
+static em_status lay_record_shape(const emi_ad_op *ad, const emi_ad_rule *rule,
+                                  const em_tensor *x, em_tensor *o, em_tensor **out) {
+    emi_rule_shape_params p = {o->v.rank, {0}};
+    memcpy(p.shape, o->v.shape, sizeof(int64_t) * (size_t)o->v.rank);
+    return lay_ad_finish(ad, rule, &x, 1, o, &p, sizeof p, out);
+}
+
 /** Reshape after argument checks: resolves -1, checks the element count, then views or
- *  copies. Shared by em_reshape and em_flatten. */
-static em_status lay_reshape(const char *fn, const em_tensor *x, const int64_t *shape, int rank,
-                             em_tensor **out) {
+ *  copies; records the result with `rule`. Shared by em_reshape and em_flatten. */
+static em_status lay_reshape(const char *fn, const emi_ad_rule *rule, const em_tensor *x,
+                             const int64_t *shape, int rank, em_tensor **out) {
     int64_t dims[EM_MAX_RANK] = {0};
     int infer = -1;
     for (int i = 0; i < rank; i++) {
@@ -95,16 +107,27 @@ static em_status lay_reshape(const char *fn, const em_tensor *x, const int64_t *
                         emi_shape_str(x->v.shape, x->v.rank, a, sizeof a), (long long)n,
                         emi_shape_str(shape, rank, b, sizeof b));
     }
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
     int64_t strides[EM_MAX_RANK];
-    if (lay_view_strides(x->v.shape, x->v.strides, x->v.rank, dims, rank, strides))
-        return emi_view_tensor(x, dims, strides, rank, x->v.offset, out);
-    /* The strides do not allow a view: copy row-major, then view the copy. */
-    em_tensor *c = NULL;
-    EMI_TRY(em_contiguous(x, &c));
+    em_tensor *o = NULL;
+    if (lay_view_strides(x->v.shape, x->v.strides, x->v.rank, dims, rank, strides)) {
+        EMI_TRY(emi_view_tensor(x, dims, strides, rank, x->v.offset, &o));
+        return lay_record_shape(&ad, rule, x, o, out);
+    }
+    /* The strides do not allow a view: copy row-major (from the inner alias, so that the
+     * copy records nothing), then view the copy. */
+    const em_tensor *xs = NULL;
+    em_tensor *alias = NULL, *c = NULL;
+    EMI_TRY(lay_ad_inner(x, &xs, &alias));
+    em_status s = em_contiguous(xs, &c);
+    em_tensor_release(alias);
+    if (s != EM_OK) return s;
     emi_contiguous_strides(dims, rank, strides);
-    em_status s = emi_view_tensor(c, dims, strides, rank, c->v.offset, out);
+    s = emi_view_tensor(c, dims, strides, rank, c->v.offset, &o);
     em_tensor_release(c);
-    return s;
+    if (s != EM_OK) return s;
+    return lay_record_shape(&ad, rule, x, o, out);
 }
 
 /* em_reshape: a view of x with a new shape (one -1 inferred), or a copy when x's strides
@@ -114,7 +137,7 @@ em_status em_reshape(const em_tensor *x, const int64_t *shape, int rank, em_tens
     EMI_TRY(emi_check_tensor(fn, "x", x));
     EMI_TRY(emi_check_out(fn, out));
     EMI_TRY(lay_check_rank(fn, shape, rank));
-    return lay_reshape(fn, x, shape, rank, out);
+    return lay_reshape(fn, &emi_rule_reshape, x, shape, rank, out);
 }
 
 /* em_flatten: merges dims start_dim..end_dim into one (a 0-d tensor becomes [1]). */
@@ -139,7 +162,7 @@ em_status em_flatten(const em_tensor *x, int start_dim, int end_dim, em_tensor *
         shape[n++] = m;
         for (int d = s1 + 1; d < r; d++) shape[n++] = x->v.shape[d];
     }
-    return lay_reshape(fn, x, shape, n, out);
+    return lay_reshape(fn, &emi_rule_flatten, x, shape, n, out);
 }
 
 /* ---- reordering dims ---- */
@@ -155,15 +178,21 @@ em_status em_permute(const em_tensor *x, const int *perm, int rank, em_tensor **
     if (rank > 0 && perm == NULL) return emi_fail(EM_ERR_ARG, "%s: perm is NULL", fn);
     int64_t shape[EM_MAX_RANK], strides[EM_MAX_RANK];
     bool seen[EM_MAX_RANK] = {false};
+    emi_rule_perm_params p = {rank, {0}};
     for (int i = 0; i < rank; i++) {
         int d = 0;
         EMI_TRY(emi_norm_dim(fn, perm[i], rank, &d));
         if (seen[d]) return emi_fail(EM_ERR_ARG, "%s: dim %d repeats in perm", fn, perm[i]);
         seen[d] = true;
+        p.perm[i] = d;
         shape[i] = x->v.shape[d];
         strides[i] = x->v.strides[d];
     }
-    return emi_view_tensor(x, shape, strides, rank, x->v.offset, out);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    em_tensor *o = NULL;
+    EMI_TRY(emi_view_tensor(x, shape, strides, rank, x->v.offset, &o));
+    return lay_ad_finish(&ad, &emi_rule_permute, &x, 1, o, &p, sizeof p, out);
 }
 
 /* em_transpose: a view with dims dim0 and dim1 swapped. */
@@ -175,12 +204,18 @@ em_status em_transpose(const em_tensor *x, int dim0, int dim1, em_tensor **out) 
     EMI_TRY(lay_dim(fn, dim0, r, &a));
     EMI_TRY(lay_dim(fn, dim1, r, &b));
     int64_t shape[EM_MAX_RANK], strides[EM_MAX_RANK];
+    emi_rule_perm_params p = {r, {0}};
     for (int d = 0; d < r; d++) {
         int s = d == a ? b : d == b ? a : d;
+        p.perm[d] = s;
         shape[d] = x->v.shape[s];
         strides[d] = x->v.strides[s];
     }
-    return emi_view_tensor(x, shape, strides, r, x->v.offset, out);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    em_tensor *o = NULL;
+    EMI_TRY(emi_view_tensor(x, shape, strides, r, x->v.offset, &o));
+    return lay_ad_finish(&ad, &emi_rule_transpose, &x, 1, o, &p, sizeof p, out);
 }
 
 /* em_expand: a stride-0 view of x broadcast to shape (new leading dims allowed; -1 keeps an
@@ -222,7 +257,11 @@ em_status em_expand(const em_tensor *x, const int64_t *shape, int rank, em_tenso
     }
     int64_t numel = 0;
     EMI_TRY(emi_check_shape(fn, dims, rank, &numel));
-    return emi_view_tensor(x, dims, strides, rank, x->v.offset, out);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    em_tensor *o = NULL;
+    EMI_TRY(emi_view_tensor(x, dims, strides, rank, x->v.offset, &o));
+    return lay_record_shape(&ad, &emi_rule_expand, x, o, out);
 }
 
 /* ---- slicing ---- */
@@ -269,7 +308,12 @@ em_status em_slice(const em_tensor *x, int dim, int64_t start, int64_t stop, int
     if (count > 0) offset += first * x->v.strides[d];
     if (count > 1) strides[d] = x->v.strides[d] * step; /* |step| < len here: no overflow */
     shape[d] = count;
-    return emi_view_tensor(x, shape, strides, x->v.rank, offset, out);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    em_tensor *o = NULL;
+    EMI_TRY(emi_view_tensor(x, shape, strides, x->v.rank, offset, &o));
+    emi_rule_slice_params p = {d, start, stop, step};
+    return lay_ad_finish(&ad, &emi_rule_slice, &x, 1, o, &p, sizeof p, out);
 }
 
 /* em_split: views of consecutive pieces of `size` along dim (the last may be smaller; an
@@ -290,7 +334,10 @@ em_status em_split(const em_tensor *x, int64_t size, int dim, em_tensor **outs, 
     *count = n;
     if (n > cap)
         return emi_fail(EM_ERR_ARG, "%s: %zu pieces do not fit in cap %zu", fn, n, cap);
-    /* Build every view first, so that a failure leaves outs untouched. */
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    /* Build every view first, so that a failure leaves outs untouched. Each piece is
+     * recorded as the slice it is. */
     em_tensor **tmp = malloc(sizeof(em_tensor *) * n);
     if (!tmp) return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
     int64_t shape[EM_MAX_RANK];
@@ -298,9 +345,12 @@ em_status em_split(const em_tensor *x, int64_t size, int dim, em_tensor **outs, 
     for (size_t i = 0; i < n; i++) {
         int64_t at = (int64_t)i * size;
         shape[d] = len - at < size ? len - at : size;
+        em_tensor *o = NULL;
         em_status s = emi_view_tensor(x, shape, x->v.strides, x->v.rank,
                                       x->v.offset + (shape[d] > 0 ? at * x->v.strides[d] : 0),
-                                      &tmp[i]);
+                                      &o);
+        emi_rule_slice_params p = {d, at, at + shape[d], 1};
+        if (s == EM_OK) s = lay_ad_finish(&ad, &emi_rule_split, &x, 1, o, &p, sizeof p, &tmp[i]);
         if (s != EM_OK) {
             for (size_t j = 0; j < i; j++) em_tensor_release(tmp[j]);
             free(tmp);
@@ -322,8 +372,7 @@ em_status em_squeeze(const em_tensor *x, int dim, em_tensor **out) {
     EMI_TRY(emi_check_out(fn, out));
     int r = x->v.rank, d = 0;
     EMI_TRY(lay_dim(fn, dim, r, &d));
-    if (r == 0) return emi_view_tensor(x, x->v.shape, x->v.strides, 0, x->v.offset, out);
-    if (x->v.shape[d] != 1)
+    if (r > 0 && x->v.shape[d] != 1)
         return emi_fail(EM_ERR_SHAPE, "%s: dim %d has size %lld, not 1", fn, dim,
                         (long long)x->v.shape[d]);
     int64_t shape[EM_MAX_RANK], strides[EM_MAX_RANK];
@@ -333,7 +382,11 @@ em_status em_squeeze(const em_tensor *x, int dim, em_tensor **out) {
         shape[n] = x->v.shape[i];
         strides[n++] = x->v.strides[i];
     }
-    return emi_view_tensor(x, shape, strides, n, x->v.offset, out);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    em_tensor *o = NULL;
+    EMI_TRY(emi_view_tensor(x, shape, strides, n, x->v.offset, &o));
+    return lay_record_shape(&ad, &emi_rule_squeeze, x, o, out);
 }
 
 /* em_squeeze_all: a view without any of x's size-1 dims. */
@@ -348,7 +401,11 @@ em_status em_squeeze_all(const em_tensor *x, em_tensor **out) {
         shape[n] = x->v.shape[i];
         strides[n++] = x->v.strides[i];
     }
-    return emi_view_tensor(x, shape, strides, n, x->v.offset, out);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    em_tensor *o = NULL;
+    EMI_TRY(emi_view_tensor(x, shape, strides, n, x->v.offset, &o));
+    return lay_record_shape(&ad, &emi_rule_squeeze, x, o, out);
 }
 
 /* em_unsqueeze: a view with a size-1 dim inserted at position dim (-rank-1 .. rank). */
@@ -376,7 +433,11 @@ em_status em_unsqueeze(const em_tensor *x, int dim, em_tensor **out) {
             strides[n++] = x->v.strides[i];
         }
     }
-    return emi_view_tensor(x, shape, strides, n, x->v.offset, out);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    em_tensor *o = NULL;
+    EMI_TRY(emi_view_tensor(x, shape, strides, n, x->v.offset, &o));
+    return lay_record_shape(&ad, &emi_rule_unsqueeze, x, o, out);
 }
 
 /* em_flip: a view with the given dims reversed (negated strides, offset moved to the last
@@ -397,13 +458,19 @@ em_status em_flip(const em_tensor *x, const int *dims, int ndims, em_tensor **ou
     }
     int64_t shape[EM_MAX_RANK], strides[EM_MAX_RANK];
     int64_t offset = x->v.offset;
+    emi_rule_flip_params p = {0, {0}};
     for (int d = 0; d < r; d++) {
         shape[d] = x->v.shape[d];
         strides[d] = x->v.strides[d];
+        if (flip[d]) p.dims[p.ndims++] = d;
         if (flip[d] && shape[d] > 0) {
             offset += (shape[d] - 1) * strides[d];
             strides[d] = -strides[d];
         }
     }
-    return emi_view_tensor(x, shape, strides, r, offset, out);
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, &x, 1, &ad));
+    em_tensor *o = NULL;
+    EMI_TRY(emi_view_tensor(x, shape, strides, r, offset, &o));
+    return lay_ad_finish(&ad, &emi_rule_flip, &x, 1, o, &p, sizeof p, out);
 }

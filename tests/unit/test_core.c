@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "ember/backend.h"
 #include "ember/ember.h"
 
 static const em_device REF = {EM_BACKEND_REF, 0, false, EM_CKPT_NONE};
@@ -221,7 +222,7 @@ static void test_device_text(void **state) {
         const char *text;
         em_status want;
     } BAD[] = {
-        {"cpu", EM_ERR_DEVICE},       {"cpu:0", EM_ERR_DEVICE}, {"opencl:1", EM_ERR_DEVICE},
+        {"cpu:1", EM_ERR_DEVICE},     {"cpu:0:0", EM_ERR_ARG},  {"opencl:1", EM_ERR_DEVICE},
         {"ref:99", EM_ERR_DEVICE},    {"remote:0", EM_ERR_DEVICE},
         {"capture", EM_ERR_DEVICE},   {"hello world", EM_ERR_ARG}, {"ref;rm", EM_ERR_ARG},
         {"ref+", EM_ERR_ARG},         {"", EM_ERR_ARG},          {"\xff\xfe", EM_ERR_ARG},
@@ -234,6 +235,16 @@ static void test_device_text(void **state) {
                      em_status_name(BAD[i].want));
         assert_true(strstr(em_last_error(), "em_device_parse") != NULL);
         assert_int_equal(d.index, 9);
+    }
+    /* "cpu" parses exactly when the cpu backend is compiled in */
+    em_device c = {(em_backend)9, 9, false, EM_CKPT_NONE};
+    em_status cs = em_device_parse("cpu", &c);
+    if (em_backend_get(EM_BACKEND_CPU)) {
+        assert_int_equal(cs, EM_OK);
+        assert_int_equal(c.backend, EM_BACKEND_CPU);
+    } else {
+        assert_int_equal(cs, EM_ERR_DEVICE);
+        assert_int_equal(c.index, 9);
     }
     assert_string_equal(em_backend_name(EM_BACKEND_REF), "ref");
     assert_string_equal(em_backend_name(EM_BACKEND_CPU), "cpu");

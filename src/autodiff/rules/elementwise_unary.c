@@ -1,3 +1,302 @@
+/* elementwise_unary.c — backward rules of the unary elementwise ops: neg abs exp log log1p
+ * sqrt rsqrt sin cos tanh sigmoid relu gelu silu erf recip clamp (floor ceil round sign have
+ * no gradient; logical_not has no float result). */
+#include <math.h>
+
 #include "autodiff/rules/rules.h"
-const emi_ad_rule *const emi_rules_unary[EM_UN_COUNT] = {0};
-const emi_ad_rule *const emi_rules_scalar[EM_BIN_COUNT] = {0};
+
+/* Recomputes a unary op from its input. */
+static em_status unary_forward(const void *params, em_tensor *const *in, int nin,
+                               em_tensor **out) {
+    (void)nin;
+    const emi_rule_unary_params *p = params;
+    const em_tensor *x = in[0];
+    switch (p->op) {
+    case EM_UN_NEG: return em_neg(x, out);
+    case EM_UN_ABS: return em_abs(x, out);
+    case EM_UN_EXP: return em_exp(x, out);
+    case EM_UN_LOG: return em_log(x, out);
+    case EM_UN_LOG1P: return em_log1p(x, out);
+    case EM_UN_SQRT: return em_sqrt(x, out);
+    case EM_UN_RSQRT: return em_rsqrt(x, out);
+    case EM_UN_SIN: return em_sin(x, out);
+    case EM_UN_COS: return em_cos(x, out);
+    case EM_UN_TANH: return em_tanh(x, out);
+    case EM_UN_SIGMOID: return em_sigmoid(x, out);
+    case EM_UN_RELU: return em_relu(x, out);
+    case EM_UN_GELU: return em_gelu(x, out);
+    case EM_UN_SILU: return em_silu(x, out);
+    case EM_UN_ERF: return em_erf(x, out);
+    case EM_UN_RECIP: return em_recip(x, out);
+    case EM_UN_CLAMP: return em_clamp(x, p->p[0], p->p[1], out);
+    default: break;
+    }
+    return emi_fail(EM_ERR_STATE, "unary_forward: op %d has no recompute", (int)p->op);
+}
+
+/* gin[0] = grad * f (f consumed; NULL f on entry means the step that made it failed). */
+static em_status put_mul(emi_ad_bw *bw, em_status s, em_tensor *f) {
+    if (s == EM_OK) s = em_mul(bw->grad, f, &bw->gin[0]);
+    em_tensor_release(f);
+    return s;
+}
+
+static em_status neg_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    return em_neg(bw->grad, &bw->gin[0]);
+}
+
+/* d|x| = sign(x) (0 at 0, as PyTorch) */
+static em_status abs_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *f = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_sign(x, &f);
+    return put_mul(bw, s, f);
+}
+
+/* d exp(x) = exp(x) = y */
+static em_status exp_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *y;
+    em_status s = emi_bw_output(bw, &y);
+    if (s == EM_OK) s = em_mul(bw->grad, y, &bw->gin[0]);
+    return s;
+}
+
+/* d log(x) = 1/x */
+static em_status log_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_div(bw->grad, x, &bw->gin[0]);
+    return s;
+}
+
+/* d log1p(x) = 1/(1+x) */
+static em_status log1p_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *t = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_add_scalar(x, 1.0, &t);
+    if (s == EM_OK) s = em_div(bw->grad, t, &bw->gin[0]);
+    em_tensor_release(t);
+    return s;
+}
+
+/* d sqrt(x) = 1/(2 y) */
+static em_status sqrt_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *y, *t = NULL;
+    em_status s = emi_bw_output(bw, &y);
+    if (s == EM_OK) s = em_mul_scalar(y, 2.0, &t);
+    if (s == EM_OK) s = em_div(bw->grad, t, &bw->gin[0]);
+    em_tensor_release(t);
+    return s;
+}
+
+/* d x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2 */
+static em_status rsqrt_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *y, *y2 = NULL, *y3 = NULL, *f = NULL;
+    em_status s = emi_bw_output(bw, &y);
+    if (s == EM_OK) s = em_mul(y, y, &y2);
+    if (s == EM_OK) s = em_mul(y2, y, &y3);
+    if (s == EM_OK) s = em_mul_scalar(y3, -0.5, &f);
+    em_tensor_release(y2);
+    em_tensor_release(y3);
+    return put_mul(bw, s, f);
+}
+
+/* d sin(x) = cos(x) */
+static em_status sin_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *f = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_cos(x, &f);
+    return put_mul(bw, s, f);
+}
+
+/* d cos(x) = -sin(x) */
+static em_status cos_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *t = NULL, *f = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_sin(x, &t);
+    if (s == EM_OK) s = em_neg(t, &f);
+    em_tensor_release(t);
+    return put_mul(bw, s, f);
+}
+
+/* d tanh(x) = 1 - y^2 */
+static em_status tanh_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *y, *y2 = NULL, *t = NULL, *f = NULL;
+    em_status s = emi_bw_output(bw, &y);
+    if (s == EM_OK) s = em_mul(y, y, &y2);
+    if (s == EM_OK) s = em_neg(y2, &t);
+    if (s == EM_OK) s = em_add_scalar(t, 1.0, &f);
+    em_tensor_release(y2);
+    em_tensor_release(t);
+    return put_mul(bw, s, f);
+}
+
+/* d sigmoid(x) = y (1 - y) */
+static em_status sigmoid_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *y, *t = NULL, *u = NULL, *f = NULL;
+    em_status s = emi_bw_output(bw, &y);
+    if (s == EM_OK) s = em_neg(y, &t);
+    if (s == EM_OK) s = em_add_scalar(t, 1.0, &u);
+    if (s == EM_OK) s = em_mul(y, u, &f);
+    em_tensor_release(t);
+    em_tensor_release(u);
+    return put_mul(bw, s, f);
+}
+
+/* grad where x > 0, else 0 */
+static em_status relu_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *pos = NULL, *zero = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_gt_scalar(x, 0.0, &pos);
+    if (s == EM_OK) s = em_full_like(bw->grad, 0.0, &zero);
+    if (s == EM_OK) s = em_where(pos, bw->grad, zero, &bw->gin[0]);
+    em_tensor_release(pos);
+    em_tensor_release(zero);
+    return s;
+}
+
+/* exp(-x^2 / 2) * c, the shared part of the erf and gelu gradients (c = 2/sqrt(pi) for erf,
+ * 1/sqrt(2 pi) for the normal density of gelu; `half` false: exp(-x^2) instead). */
+static em_status gauss(const em_tensor *x, bool half, double c, em_tensor **out) {
+    em_tensor *x2 = NULL, *t = NULL, *e = NULL;
+    em_status s = em_mul(x, x, &x2);
+    if (s == EM_OK) s = em_mul_scalar(x2, half ? -0.5 : -1.0, &t);
+    if (s == EM_OK) s = em_exp(t, &e);
+    if (s == EM_OK) s = em_mul_scalar(e, c, out);
+    em_tensor_release(x2);
+    em_tensor_release(t);
+    em_tensor_release(e);
+    return s;
+}
+
+/* gelu(x) = x Phi(x): d = Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2,
+ * phi(x) = exp(-x^2/2) / sqrt(2 pi) */
+static em_status gelu_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *t = NULL, *e = NULL, *cdf = NULL, *pdf = NULL, *xp = NULL, *f = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_mul_scalar(x, 0.70710678118654752440, &t);
+    if (s == EM_OK) s = em_erf(t, &e);
+    em_tensor_release(t);
+    t = NULL;
+    if (s == EM_OK) s = em_add_scalar(e, 1.0, &t);
+    if (s == EM_OK) s = em_mul_scalar(t, 0.5, &cdf);
+    if (s == EM_OK) s = gauss(x, true, 0.39894228040143267794, &pdf);
+    if (s == EM_OK) s = em_mul(x, pdf, &xp);
+    if (s == EM_OK) s = em_add(cdf, xp, &f);
+    em_tensor_release(t);
+    em_tensor_release(e);
+    em_tensor_release(cdf);
+    em_tensor_release(pdf);
+    em_tensor_release(xp);
+    return put_mul(bw, s, f);
+}
+
+/* silu(x) = x sigmoid(x): d = sg (1 + x (1 - sg)) */
+static em_status silu_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *sg = NULL, *t = NULL, *u = NULL, *v = NULL, *w = NULL, *f = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_sigmoid(x, &sg);
+    if (s == EM_OK) s = em_neg(sg, &t);
+    if (s == EM_OK) s = em_add_scalar(t, 1.0, &u);  /* 1 - sg */
+    if (s == EM_OK) s = em_mul(x, u, &v);           /* x (1 - sg) */
+    if (s == EM_OK) s = em_add_scalar(v, 1.0, &w);  /* 1 + x (1 - sg) */
+    if (s == EM_OK) s = em_mul(sg, w, &f);
+    em_tensor_release(sg);
+    em_tensor_release(t);
+    em_tensor_release(u);
+    em_tensor_release(v);
+    em_tensor_release(w);
+    return put_mul(bw, s, f);
+}
+
+/* d erf(x) = 2/sqrt(pi) exp(-x^2) */
+static em_status erf_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *f = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = gauss(x, false, 1.12837916709551257390, &f);
+    return put_mul(bw, s, f);
+}
+
+/* d (1/x) = -1/x^2 = -y^2 */
+static em_status recip_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *y, *y2 = NULL, *f = NULL;
+    em_status s = emi_bw_output(bw, &y);
+    if (s == EM_OK) s = em_mul(y, y, &y2);
+    if (s == EM_OK) s = em_neg(y2, &f);
+    em_tensor_release(y2);
+    return put_mul(bw, s, f);
+}
+
+/* The gradient passes where lo <= x <= hi (bounds included, NaN blocked), as PyTorch. */
+static em_status clamp_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    const emi_rule_unary_params *p = bw->params;
+    em_tensor *x, *lo = NULL, *hi = NULL, *mlo = NULL, *mhi = NULL, *m = NULL, *zero = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_full(NULL, 0, p->p[0], x->dtype, em_tensor_device(x), &lo);
+    if (s == EM_OK) s = em_full(NULL, 0, p->p[1], x->dtype, em_tensor_device(x), &hi);
+    if (s == EM_OK) s = em_ge(x, lo, &mlo);
+    if (s == EM_OK) s = em_le(x, hi, &mhi);
+    if (s == EM_OK) s = em_logical_and(mlo, mhi, &m);
+    if (s == EM_OK) s = em_full_like(bw->grad, 0.0, &zero);
+    if (s == EM_OK) s = em_where(m, bw->grad, zero, &bw->gin[0]);
+    em_tensor_release(lo);
+    em_tensor_release(hi);
+    em_tensor_release(mlo);
+    em_tensor_release(mhi);
+    em_tensor_release(m);
+    em_tensor_release(zero);
+    return s;
+}
+
+#define IN0 EMI_NEED_IN(0)
+#define OUT EMI_NEED_OUT
+#define RULE(id, nm, needs, bw) \
+    static const emi_ad_rule rule_##id = {nm, false, needs, unary_forward, bw}
+RULE(neg, "neg", 0, neg_backward);
+RULE(abs, "abs", IN0, abs_backward);
+RULE(exp, "exp", OUT, exp_backward);
+RULE(log, "log", IN0, log_backward);
+RULE(log1p, "log1p", IN0, log1p_backward);
+RULE(sqrt, "sqrt", OUT, sqrt_backward);
+RULE(rsqrt, "rsqrt", OUT, rsqrt_backward);
+RULE(sin, "sin", IN0, sin_backward);
+RULE(cos, "cos", IN0, cos_backward);
+RULE(tanh, "tanh", OUT, tanh_backward);
+RULE(sigmoid, "sigmoid", OUT, sigmoid_backward);
+RULE(relu, "relu", IN0, relu_backward);
+RULE(gelu, "gelu", IN0, gelu_backward);
+RULE(silu, "silu", IN0, silu_backward);
+RULE(erf, "erf", IN0, erf_backward);
+RULE(recip, "recip", OUT, recip_backward);
+RULE(clamp, "clamp", IN0, clamp_backward);
+
+const emi_ad_rule *const emi_rules_unary[EM_UN_COUNT] = {
+    [EM_UN_NEG] = &rule_neg,          [EM_UN_ABS] = &rule_abs,
+    [EM_UN_EXP] = &rule_exp,          [EM_UN_LOG] = &rule_log,
+    [EM_UN_LOG1P] = &rule_log1p,      [EM_UN_SQRT] = &rule_sqrt,
+    [EM_UN_RSQRT] = &rule_rsqrt,      [EM_UN_SIN] = &rule_sin,
+    [EM_UN_COS] = &rule_cos,          [EM_UN_TANH] = &rule_tanh,
+    [EM_UN_SIGMOID] = &rule_sigmoid,  [EM_UN_RELU] = &rule_relu,
+    [EM_UN_GELU] = &rule_gelu,        [EM_UN_SILU] = &rule_silu,
+    [EM_UN_ERF] = &rule_erf,          [EM_UN_RECIP] = &rule_recip,
+    [EM_UN_CLAMP] = &rule_clamp,      [EM_UN_FLOOR] = &emi_rule_no_grad,
+    [EM_UN_CEIL] = &emi_rule_no_grad, [EM_UN_ROUND] = &emi_rule_no_grad,
+    [EM_UN_SIGN] = &emi_rule_no_grad, [EM_UN_LOGICAL_NOT] = NULL,
+};

@@ -33,4 +33,129 @@ extern const emi_ad_rule *const emi_rules_scalar[EM_BIN_COUNT];
 /* elementwise_binary.c: where(cond, a, b) with inputs (a, b, cond); no params. */
 extern const emi_ad_rule emi_rule_where;
 
+/* ==== reductions and linear algebra (adred) ==== */
+
+/* reduce.c: sum mean prod max min var logsumexp, whole and _dim forms, indexed by
+ * em_reduce_op (NULL for argmax/argmin); params: emi_rule_reduce_params. */
+typedef struct emi_rule_reduce_params {
+    em_reduce_op op;
+    int dim;        /* the normalized dim, or -1: reduced as a whole (0-d result) */
+    bool keepdim;   /* the _dim form kept the reduced dim */
+    int correction; /* var */
+} emi_rule_reduce_params;
+extern const emi_ad_rule *const emi_rules_reduce[EM_RED_COUNT];
+
+/* reduce.c: cumsum, softmax, log_softmax; params: int, the normalized dim (0 for 0-d). */
+extern const emi_ad_rule emi_rule_cumsum;
+extern const emi_ad_rule emi_rule_softmax;
+extern const emi_ad_rule emi_rule_log_softmax;
+
+/* linalg.c: matmul (numpy.matmul rules, compute-bound); no params. */
+extern const emi_ad_rule emi_rule_matmul;
+
+/* ==== end reductions and linear algebra ==== */
+
+/* ==== neural and random (adnn): rules in nn.c; internal entry points in src/ops ==== */
+
+/* conv.c: conv1d, conv2d, conv_transpose2d (compute-bound); inputs (x, w, bias or NULL). */
+typedef struct emi_rule_conv_params {
+    em_conv_params p; /* the public params as resolved (recompute) */
+    em_conv_args a;   /* the 4-d kernel args (conv1d: H axis is the identity) */
+} emi_rule_conv_params;
+extern const emi_ad_rule emi_rule_conv1d;
+extern const emi_ad_rule emi_rule_conv2d;
+extern const emi_ad_rule emi_rule_conv_transpose2d;
+
+/* pool.c: max_pool2d with inputs (x, indices [EM_I64]); avg_pool2d with input x; params:
+ * emi_rule_pool_params. adaptive_avg_pool2d: input x, params int64_t[2] (oh, ow). */
+typedef struct emi_rule_pool_params {
+    em_pool_params p; /* the public params (recompute and backward) */
+} emi_rule_pool_params;
+extern const emi_ad_rule emi_rule_max_pool2d;
+extern const emi_ad_rule emi_rule_avg_pool2d;
+extern const emi_ad_rule emi_rule_adaptive_avg_pool2d;
+
+/* nn.c: layer_norm with inputs (x, weight or NULL, bias or NULL). */
+typedef struct emi_rule_layer_norm_params {
+    int normalized_ndim;
+    double eps;
+} emi_rule_layer_norm_params;
+extern const emi_ad_rule emi_rule_layer_norm;
+
+/* Internal entry points (src/ops/conv.c, pool.c) of the backward kernels: checked, routed to
+ * the backend slot, untracked inputs only (EM_ERR_UNSUPPORTED for tracked ones). */
+/** gw [gy.C, x.C/groups, kernel[0], kernel[1]]: the weight gradient of the 4-d conv2d(x, w)
+ *  with args a, whose output gradient is gy (its shape must be that conv's output shape). */
+em_status emi_conv2d_weight_grad(const em_tensor *x, const em_tensor *gy, const int64_t kernel[2],
+                                 const em_conv_args *a, em_tensor **out);
+/** gx of shape xshape [N, C, H, W]: the input gradient of avg_pool2d(x, p) given gy. */
+em_status emi_avg_pool2d_backward(const em_tensor *gy, const int64_t xshape[4],
+                                  const em_pool_params *p, em_tensor **out);
+/** gx of shape xshape: the input gradient of adaptive_avg_pool2d(x, gy's H, gy's W). */
+em_status emi_adaptive_avg_pool2d_backward(const em_tensor *gy, const int64_t xshape[4],
+                                           em_tensor **out);
+
+/* ==== end neural and random ==== */
+
+/* ==== layout and indexing (adlay): rules in layout.c and index.c ==== */
+
+/* layout.c: reshape, flatten, squeeze (and squeeze_all), unsqueeze, expand; params: the
+ * output's shape. */
+typedef struct emi_rule_shape_params {
+    int rank;
+    int64_t shape[EM_MAX_RANK];
+} emi_rule_shape_params;
+extern const emi_ad_rule emi_rule_reshape;
+extern const emi_ad_rule emi_rule_flatten;
+extern const emi_ad_rule emi_rule_squeeze;
+extern const emi_ad_rule emi_rule_unsqueeze;
+extern const emi_ad_rule emi_rule_expand;
+
+/* layout.c: permute, transpose; params: the normalized permutation (out dim i is in dim
+ * perm[i]). */
+typedef struct emi_rule_perm_params {
+    int rank;
+    int perm[EM_MAX_RANK];
+} emi_rule_perm_params;
+extern const emi_ad_rule emi_rule_permute;
+extern const emi_ad_rule emi_rule_transpose;
+
+/* layout.c: slice, each piece of split, slice_assign (inputs x, value); params: the slice. */
+typedef struct emi_rule_slice_params {
+    int dim; /* normalized */
+    int64_t start, stop, step;
+} emi_rule_slice_params;
+extern const emi_ad_rule emi_rule_slice;
+extern const emi_ad_rule emi_rule_split;
+extern const emi_ad_rule emi_rule_slice_assign;
+
+/* layout.c: flip; params: the normalized flipped dims, without repeats. */
+typedef struct emi_rule_flip_params {
+    int ndims;
+    int dims[EM_MAX_RANK];
+} emi_rule_flip_params;
+extern const emi_ad_rule emi_rule_flip;
+
+/* layout.c: cat and stack (inputs: the pieces); params: int, the normalized dim. */
+extern const emi_ad_rule emi_rule_cat;
+extern const emi_ad_rule emi_rule_stack;
+
+/* layout.c: repeat; params: the reps. */
+typedef struct emi_rule_repeat_params {
+    int nreps;
+    int64_t reps[EM_MAX_RANK];
+} emi_rule_repeat_params;
+extern const emi_ad_rule emi_rule_repeat;
+
+/* index.c: inputs (x, index [int]); params: int, the normalized dim. sort and topk record
+ * their values output as a gather of x by the indices they found (inputs x, indices). */
+extern const emi_ad_rule emi_rule_gather;
+extern const emi_ad_rule emi_rule_sort;
+extern const emi_ad_rule emi_rule_topk;
+extern const emi_ad_rule emi_rule_index_select;
+/* index.c: scatter_add with inputs (x, index [int], src); params: int, the normalized dim. */
+extern const emi_ad_rule emi_rule_scatter_add;
+
+/* ==== end layout and indexing ==== */
+
 #endif

@@ -1,0 +1,92 @@
+/* linalg.c — backward rule of matmul (numpy.matmul rules). */
+#include "autodiff/rules/rules.h"
+
+/* Evaluates a status expression into `s` and jumps to `done` when it fails. */
+#define L_TRY(expr)                                                                          \
+    do {                                                                                     \
+        s = (expr);                                                                          \
+        if (s != EM_OK) goto done;                                                           \
+    } while (0)
+
+static em_status matmul_forward(const void *p, em_tensor *const *in, int nin, em_tensor **out) {
+    (void)p;
+    (void)nin;
+    return em_matmul(in[0], in[1], out);
+}
+
+/* *out = a new reference to t. */
+static em_status mm_keep(em_tensor *t, em_tensor **out) {
+    em_tensor_retain(t);
+    *out = t;
+    return EM_OK;
+}
+
+/* gin[i] = t (batch..., with the promoted dim already removed) summed over the batch dims
+ * that broadcasting added or stretched, so that it has input i's shape; consumes t. */
+static em_status mm_put(emi_ad_bw *bw, int i, em_tensor *t) {
+    int rank;
+    const int64_t *shape = emi_bw_in_shape(bw, i, &rank);
+    em_status s = emi_ad_unbroadcast(t, shape, rank, &bw->gin[i]);
+    em_tensor_release(t);
+    return s;
+}
+
+/* With the operands promoted as the forward did (a 1-d a as [1, k], a 1-d b as [k, 1]) and
+ * g given back the dims their promotion removed from the result ([batch..., m, n]):
+ *   ga = g @ b^T   ([batch..., m, k]),   gb = a^T @ g   ([batch..., k, n]),
+ * each then loses its promoted dim again and is summed over broadcast batch dims. */
+static em_status matmul_backward(emi_ad_bw *bw) {
+    em_tensor *a, *b, *a2 = NULL, *b2 = NULL, *g1 = NULL, *g2 = NULL, *t = NULL, *p = NULL,
+                      *q = NULL;
+    int ra, rb;
+    (void)emi_bw_in_shape(bw, 0, &ra);
+    (void)emi_bw_in_shape(bw, 1, &rb);
+    em_status s;
+    L_TRY(emi_bw_input(bw, 0, &a));
+    L_TRY(emi_bw_input(bw, 1, &b));
+    L_TRY(ra == 1 ? em_unsqueeze(a, 0, &a2) : mm_keep(a, &a2));
+    L_TRY(rb == 1 ? em_unsqueeze(b, 1, &b2) : mm_keep(b, &b2));
+    /* the result without n (b was 1-d) gets it back last, without m (a was 1-d) before it */
+    L_TRY(rb == 1 ? em_unsqueeze(bw->grad, -1, &g1) : mm_keep(bw->grad, &g1));
+    L_TRY(ra == 1 ? em_unsqueeze(g1, -2, &g2) : mm_keep(g1, &g2));
+    if (bw->need[0]) {
+        L_TRY(em_transpose(b2, -1, -2, &t));
+        L_TRY(em_matmul(g2, t, &p)); /* [batch..., m, k] */
+        em_tensor_release(t);
+        t = NULL;
+        if (ra == 1) {
+            L_TRY(em_squeeze(p, -2, &q));
+            em_tensor_release(p);
+            p = q;
+            q = NULL;
+        }
+        s = mm_put(bw, 0, p);
+        p = NULL;
+        if (s != EM_OK) goto done;
+    }
+    if (bw->need[1]) {
+        L_TRY(em_transpose(a2, -1, -2, &t));
+        L_TRY(em_matmul(t, g2, &p)); /* [batch..., k, n] */
+        if (rb == 1) {
+            L_TRY(em_squeeze(p, -1, &q));
+            em_tensor_release(p);
+            p = q;
+            q = NULL;
+        }
+        s = mm_put(bw, 1, p);
+        p = NULL;
+        if (s != EM_OK) goto done;
+    }
+done:
+    em_tensor_release(a2);
+    em_tensor_release(b2);
+    em_tensor_release(g1);
+    em_tensor_release(g2);
+    em_tensor_release(t);
+    em_tensor_release(p);
+    em_tensor_release(q);
+    return s;
+}
+
+const emi_ad_rule emi_rule_matmul = {"matmul", true, EMI_NEED_IN(0) | EMI_NEED_IN(1),
+                                     matmul_forward, matmul_backward};

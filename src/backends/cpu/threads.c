@@ -1,0 +1,118 @@
+/* threads.c — the cpu backend's thread pool: persistent workers that split a range.
+ *
+ * One job runs at a time; a caller that finds the pool busy (another thread of the program
+ * is using it) runs its range alone, so concurrent callers never wait on each other. The
+ * pool's size is EMBER_NUM_THREADS or the machine's online cores, and OpenBLAS is told the
+ * same number: the two never run at once (a GEMM call returns before the next kernel). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cpu.h"
+
+#ifdef EMBER_HAVE_OPENBLAS
+void openblas_set_num_threads(int n);
+#endif
+
+typedef struct cpu_pool {
+    pthread_mutex_t lock;        /* guards the job fields and the counters below */
+    pthread_cond_t wake, idle;
+    pthread_mutex_t submit;      /* held by the thread whose job runs */
+    int nthreads;                /* including the caller */
+    unsigned long gen;           /* bumped for each job */
+    int pending;                 /* workers still in the current job */
+    cpu_range_fn fn;
+    void *arg;
+    int64_t n, chunk;
+    atomic_llong next;
+} cpu_pool;
+
+static cpu_pool pool = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .wake = PTHREAD_COND_INITIALIZER,
+    .idle = PTHREAD_COND_INITIALIZER,
+    .submit = PTHREAD_MUTEX_INITIALIZER,
+};
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void run_chunks(void) {
+    for (;;) {
+        int64_t lo = atomic_fetch_add_explicit(&pool.next, pool.chunk, memory_order_relaxed);
+        if (lo >= pool.n) return;
+        int64_t hi = lo + pool.chunk < pool.n ? lo + pool.chunk : pool.n;
+        pool.fn(lo, hi, pool.arg);
+    }
+}
+
+static void *worker(void *unused) {
+    (void)unused;
+    unsigned long seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&pool.lock);
+        while (pool.gen == seen) pthread_cond_wait(&pool.wake, &pool.lock);
+        seen = pool.gen;
+        pthread_mutex_unlock(&pool.lock);
+        run_chunks();
+        pthread_mutex_lock(&pool.lock);
+        if (--pool.pending == 0) pthread_cond_signal(&pool.idle);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    return NULL;
+}
+
+static void pool_init(void) {
+    long n = 0;
+    const char *env = getenv("EMBER_NUM_THREADS");
+    if (env && *env) n = strtol(env, NULL, 10);
+    if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n <= 0) n = 1;
+    if (n > 256) n = 256;
+    pool.nthreads = 1;
+    for (long i = 1; i < n; i++) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, worker, NULL);
+        pthread_attr_destroy(&attr);
+        if (rc != 0) break; /* fewer threads: still correct */
+        pool.nthreads++;
+    }
+#ifdef EMBER_HAVE_OPENBLAS
+    openblas_set_num_threads(pool.nthreads);
+#endif
+}
+
+int cpu_threads(void) {
+    pthread_once(&pool_once, pool_init);
+    return pool.nthreads;
+}
+
+void cpu_parallel_for(int64_t n, int64_t grain, cpu_range_fn fn, void *arg) {
+    if (n <= 0) return;
+    int nt = cpu_threads();
+    if (grain < 1) grain = 1;
+    if (nt == 1 || n < 2 * grain || pthread_mutex_trylock(&pool.submit) != 0) {
+        fn(0, n, arg);
+        return;
+    }
+    int64_t parts = n / grain;
+    if (parts > 4 * (int64_t)nt) parts = 4 * (int64_t)nt;
+    int64_t chunk = (n + parts - 1) / parts;
+    pthread_mutex_lock(&pool.lock);
+    pool.fn = fn;
+    pool.arg = arg;
+    pool.n = n;
+    pool.chunk = chunk;
+    atomic_store_explicit(&pool.next, 0, memory_order_relaxed);
+    pool.pending = nt - 1;
+    pool.gen++;
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    run_chunks();
+    pthread_mutex_lock(&pool.lock);
+    while (pool.pending > 0) pthread_cond_wait(&pool.idle, &pool.lock);
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.submit);
+}

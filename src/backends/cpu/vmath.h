@@ -1,0 +1,36 @@
+/*
+ * vmath.h — a vectorizable expf for the cpu backend's loops: plain arithmetic and bit
+ * operations only, so GCC turns loops over it into AVX2 / AVX-512 code (libm's expf is a
+ * call per element). Cephes' polynomial: about 1 ulp on the finite range; inf above
+ * 88.72, 0 below -103.9, NaN stays NaN.
+ */
+#ifndef EMBER_CPU_VMATH_H
+#define EMBER_CPU_VMATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float cpu_expf(float x) {
+    float xc = x < -87.33654f ? -87.33654f : x;
+    xc = xc > 88.37626f ? 88.37626f : xc;
+    float n = rintf(xc * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, xc);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p * r, r, r) + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &e, sizeof scale);
+    float y = p * scale;
+    y = x > 88.72283f ? INFINITY : y;
+    y = x < -103.972f ? 0.0f : y;
+    return x != x ? x : y;
+}
+
+#endif
