@@ -4,10 +4,10 @@ torch.utils.checkpoint.checkpoint_sequential, its peak memory and time, and the 
 (checkpointed / plain), to set beside ember's BALANCED / DISABLED ratios.
 
 Usage: /usr/bin/python3 bench/checkpoint_torch.py [--batch 4096] [--width 1024] [--layers 16]
-           [--segments L/2] [--rounds 1] [--threads 1]
+           [--act relu|gelu] [--segments L/2] [--rounds 1] [--threads 1]
 
-The model is ember's: `layers` Linear(width, width) layers with a ReLU between them (none after
-the last), batch `batch`, float32, loss = sum of the output, every leaf (the input included)
+The model is ember's: `layers` Linear(width, width) layers with a ReLU (or the exact GELU)
+between them (none after the last), batch `batch`, float32, loss = sum of the output, every leaf (the input included)
 requiring grad. A warm-up step of each variant, then `rounds` timed steps alternating which
 runs first.
 
@@ -22,7 +22,6 @@ buffers, Python), small beside the activations (batch * width * 4 bytes each).
 """
 import argparse
 import ctypes
-import os
 import time
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -59,8 +58,8 @@ def reset_peak():
     return status_kib("VmRSS") * 1024
 
 
-def make_model(layers, width):
-    """The MLP as `layers` blocks (Linear + ReLU, the last a bare Linear), so that
+def make_model(layers, width, act):
+    """The MLP as `layers` blocks (Linear + activation, the last a bare Linear), so that
     checkpoint_sequential's segments cut between layers. Same seed, same weights, every time."""
     torch.manual_seed(1)
     blocks = []
@@ -69,7 +68,8 @@ def make_model(layers, width):
         with torch.no_grad():
             lin.weight.normal_(0.0, (2.0 / width) ** 0.5)
             lin.bias.uniform_(-0.1, 0.1)
-        blocks.append(torch.nn.Sequential(lin, torch.nn.ReLU()) if i + 1 < layers else lin)
+        a = torch.nn.GELU() if act == "gelu" else torch.nn.ReLU()
+        blocks.append(torch.nn.Sequential(lin, a) if i + 1 < layers else lin)
     return torch.nn.Sequential(*blocks)
 
 
@@ -108,6 +108,7 @@ def main():
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--act", choices=("relu", "gelu"), default="relu")
     ap.add_argument("--segments", type=int, default=0,
                     help="checkpoint_sequential segments (default layers/2: two layers each)")
     ap.add_argument("--rounds", type=int, default=1)
@@ -116,7 +117,7 @@ def main():
     segments = a.segments or max(1, a.layers // 2)
     torch.set_num_threads(a.threads)
     start = time.perf_counter()
-    model = make_model(a.layers, a.width)
+    model = make_model(a.layers, a.width, a.act)
     gen = torch.Generator().manual_seed(2)
     # reentrant checkpointing (the only kind checkpoint_sequential has in torch 1.13) gives the
     # parameters of a segment gradients only when the segment's input requires grad
@@ -138,8 +139,9 @@ def main():
             losses[k], grads[k] = loss, g
     t = [median(v) for v in times]
     c = [median(v) for v in cpus]
-    print("checkpoint_torch: MLP of %d layers (Linear, ReLU between), width %d, batch %d, f32, "
-          "torch %s, %d thread(s)" % (a.layers, a.width, a.batch, torch.__version__, a.threads))
+    print("checkpoint_torch: MLP of %d layers (Linear, %s between), width %d, batch %d, f32, "
+          "torch %s, %d thread(s)" % (a.layers, a.act, a.width, a.batch, torch.__version__,
+                                      a.threads))
     print("  a warm-up step of each, then %d timed round(s) of forward + sum + backward" % a.rounds)
     print("  (memory: peak RSS during the step minus RSS before it; weights %.1f MiB, one "
           "activation %.1f MiB)" % (mib(a.layers * a.width * (a.width + 1) * 4),

@@ -31,7 +31,8 @@ static const bench_cmd COMMANDS[] = {
     {"dispatch", "[--iters N] [--rounds R]",
      "ns per em_add of two 1-element f32 tensors: public API vs the ref kernel called directly",
      cmd_dispatch},
-    {"checkpoint", "[--batch 4096] [--width 1024] [--layers 16] [--rounds 1] [--device D]",
+    {"checkpoint",
+     "[--batch 4096] [--width 1024] [--layers 16] [--act relu|gelu] [--rounds 1] [--device D]",
      "peak memory and time of an MLP's forward + backward: BALANCED vs DISABLED checkpointing",
      cmd_checkpoint},
 };
@@ -258,6 +259,7 @@ static double cpu_ns(void) {
 
 typedef struct ckpt_opts {
     long batch, width, layers, rounds;
+    bool gelu;     /* the activation: GELU instead of ReLU */
     em_device dev; /* the inner device */
 } ckpt_opts;
 
@@ -266,6 +268,7 @@ typedef struct ckpt_opts {
 typedef struct ckpt_model {
     em_device dev;
     long layers;
+    bool gelu;
     em_tensor *x, **w, **b;
 } ckpt_model;
 
@@ -295,6 +298,7 @@ static em_status ckpt_model_init(const ckpt_opts *o, em_checkpointing strategy, 
     em_status s = em_device_autodiff(o->dev, strategy, &m->dev);
     if (s != EM_OK) return s;
     m->layers = o->layers;
+    m->gelu = o->gelu;
     m->w = calloc((size_t)o->layers, sizeof *m->w);
     m->b = calloc((size_t)o->layers, sizeof *m->b);
     if (!m->w || !m->b) return EM_ERR_NOMEM;
@@ -312,7 +316,7 @@ static em_status ckpt_model_init(const ckpt_opts *o, em_checkpointing strategy, 
     return s;
 }
 
-/* The forward pass: relu(h @ w[i] + b[i]) for every layer but the last (no relu there), then
+/* The forward pass: act(h @ w[i] + b[i]) for every layer but the last (no act there), then
  * the sum as the loss. Intermediates are released as soon as the next op used them: only the
  * tape keeps what backward needs. */
 static em_status ckpt_forward(const ckpt_model *m, em_tensor **loss) {
@@ -327,7 +331,7 @@ static em_status ckpt_forward(const ckpt_model *m, em_tensor **loss) {
         if (s == EM_OK) s = em_add(mm, m->b[i], &a);
         em_tensor_release(mm);
         if (s == EM_OK && i + 1 < m->layers) {
-            s = em_relu(a, &h);
+            s = m->gelu ? em_gelu(a, &h) : em_relu(a, &h);
             em_tensor_release(a);
         } else {
             h = a;
@@ -381,7 +385,16 @@ static int ckpt_parse(int argc, char **argv, ckpt_opts *o) {
         else if (strcmp(argv[i], "--width") == 0) dst = &o->width;
         else if (strcmp(argv[i], "--layers") == 0) dst = &o->layers;
         else if (strcmp(argv[i], "--rounds") == 0) dst = &o->rounds;
-        else if (strcmp(argv[i], "--device") != 0 || i + 1 >= argc) {
+        else if (strcmp(argv[i], "--act") == 0 && i + 1 < argc) {
+            const char *act = argv[++i];
+            o->gelu = strcmp(act, "gelu") == 0;
+            if (!o->gelu && strcmp(act, "relu") != 0) {
+                fprintf(stderr, "ember-bench %s: --act takes relu or gelu, not '%s'\n", argv[0],
+                        act);
+                return 2;
+            }
+            continue;
+        } else if (strcmp(argv[i], "--device") != 0 || i + 1 >= argc) {
             fprintf(stderr, "ember-bench %s: unknown or incomplete option '%s'\n", argv[0], argv[i]);
             return 2;
         }
@@ -416,7 +429,7 @@ static int ckpt_parse(int argc, char **argv, ckpt_opts *o) {
 static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
 static int cmd_checkpoint(int argc, char **argv) {
-    ckpt_opts o = {4096, 1024, 16, 1, em_device_default()};
+    ckpt_opts o = {4096, 1024, 16, 1, false, em_device_default()};
     if (ckpt_parse(argc, argv, &o)) return 2;
     char devname[64];
     if (em_device_name(o.dev, devname, sizeof devname) != EM_OK) strcpy(devname, "?");
@@ -466,8 +479,9 @@ static int cmd_checkpoint(int argc, char **argv) {
         maxdiff = fmax(maxdiff, fabs((double)res[0].gw0[i] - (double)res[1].gw0[i]));
         maxabs = fmax(maxabs, fabs((double)res[0].gw0[i]));
     }
-    printf("ember-bench checkpoint: MLP of %ld layers (x @ w + b, relu between), width %ld, "
-           "batch %ld, f32, on %s\n", o.layers, o.width, o.batch, devname);
+    printf("ember-bench checkpoint: MLP of %ld layers (x @ w + b, %s between), width %ld, "
+           "batch %ld, f32, on %s\n", o.layers, o.gelu ? "gelu" : "relu", o.width, o.batch,
+           devname);
     printf("  a warm-up step per strategy, then %ld timed round(s) of forward + sum + backward\n",
            o.rounds);
     printf("  (memory: the peak during the step minus the bytes in use before it; weights %.1f "

@@ -154,11 +154,13 @@ static em_status sigmoid_backward(emi_ad_bw *bw) {
     return put_mul(bw, s, f);
 }
 
-/* grad where x > 0, else 0 */
+/* grad where x > 0, else 0. It reads the output (y > 0 exactly where x > 0), as PyTorch
+ * does: the output is usually saved anyway as the next layer's input, so a Linear + ReLU
+ * stack keeps one activation per layer under DISABLED, not two. */
 static em_status relu_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *x, *pos = NULL, *zero = NULL;
-    em_status s = emi_bw_input(bw, 0, &x);
+    em_status s = emi_bw_output(bw, &x);
     if (s == EM_OK) s = em_gt_scalar(x, 0.0, &pos);
     if (s == EM_OK) s = em_full_like(bw->grad, 0.0, &zero);
     if (s == EM_OK) s = em_where(pos, bw->grad, zero, &bw->gin[0]);
@@ -280,7 +282,7 @@ RULE(sin, "sin", IN0, sin_backward);
 RULE(cos, "cos", IN0, cos_backward);
 RULE(tanh, "tanh", OUT, tanh_backward);
 RULE(sigmoid, "sigmoid", OUT, sigmoid_backward);
-RULE(relu, "relu", IN0, relu_backward);
+RULE(relu, "relu", OUT, relu_backward);
 RULE(gelu, "gelu", IN0, gelu_backward);
 RULE(silu, "silu", IN0, silu_backward);
 RULE(erf, "erf", IN0, erf_backward);

@@ -19,7 +19,8 @@
 #include "cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define CONV_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#define CONV_X86 1
+#define CONV_CLONES __attribute__((target_clones("arch=haswell", "default")))
 #else
 #define CONV_CLONES
 #endif
@@ -28,8 +29,8 @@ typedef float v16f __attribute__((vector_size(64)));
 typedef float v16fu __attribute__((vector_size(64), aligned(4), may_alias));
 typedef double v8d __attribute__((vector_size(64)));
 typedef double v8du __attribute__((vector_size(64), aligned(8), may_alias));
-
-#define NV 2 /* vectors of output columns per tile */
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef int64_t v8l __attribute__((vector_size(64)));
 
 static em_status oom(void) { return em_backend_set_error(EM_ERR_NOMEM, "cpu: out of memory"); }
 
@@ -126,10 +127,13 @@ typedef struct geom {
 TYPED_HELPERS(float, f32)
 TYPED_HELPERS(double, f64)
 
-/* ---- the direct kernel ---- */
+/* ---- the direct kernels ---- */
 
 /* Output channels per block for `rem` channels left. */
-static inline int64_t block_of(int64_t rem) { return rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1; }
+static inline int64_t block_of(int64_t rem) { return rem >= 8 ? 8 : rem >= 4 ? 4 : rem; }
+
+/* Columns a row of OW outputs computes in tiles of pw. */
+static inline int64_t covered(int64_t OW, int64_t pw) { return OW <= pw ? pw : (OW + pw - 1) / pw * pw; }
 
 typedef struct direct_job {
     geom q;
@@ -142,108 +146,236 @@ typedef struct direct_job {
     em_status status;  /* EM_ERR_NOMEM when a task's scratch failed */
 } direct_job;
 
-/* One tile: OB output channels x NV vectors of VL columns starting at column ox0 of output
- * row `orow` (planes OHW apart); xr points at the padded row of channel 0, tap (0, 0),
- * column ox0. */
-#define DIRECT_TILE(T, V, VU, VL, OB)                                                          \
-    do {                                                                                       \
-        V acc[OB][NV];                                                                         \
-        for (int ob = 0; ob < OB; ob++)                                                        \
-            for (int v = 0; v < NV; v++) acc[ob][v] = (V){0} + (bg ? bg[o0 + ob] : (T)0);      \
+/* The tiles of one output row for a block of OB output channels: NVV vectors of VL columns
+ * each (the last tile shifted left to end at OW when OW allows, else stored through a
+ * buffer). xrow points at the padded row of channel 0 for tap (0, 0); orow at the block's
+ * first output row, planes OHW apart; wb at the block's packed weights [K][OB]. */
+#define DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, OB, NVV)                                      \
+    for (int64_t t = 0; t < OW; t += NVV * VL) {                                               \
+        int64_t ox0 = t;                                                                       \
+        int partial = 0;                                                                       \
+        if (ox0 + NVV * VL > OW) {                                                             \
+            if (OW >= NVV * VL) ox0 = OW - NVV * VL;                                           \
+            else partial = 1;                                                                  \
+        }                                                                                      \
+        const T *xr = xrow + ox0;                                                              \
+        V acc[OB][NVV];                                                                        \
+        _Pragma("GCC unroll 16") for (int ob = 0; ob < OB; ob++)                                                        \
+            _Pragma("GCC unroll 16") for (int v = 0; v < NVV; v++) acc[ob][v] = (V){0} + (bg ? bg[o0 + ob] : (T)0);     \
         const T *wk = wb;                                                                      \
         for (int64_t c = 0; c < Cg; c++)                                                       \
             for (int64_t kh = 0; kh < KH; kh++) {                                              \
                 const T *xk = xr + c * plane + kh * rowstep;                                   \
                 for (int64_t kw = 0; kw < KW; kw++, xk += dx, wk += OB) {                      \
-                    V xv[NV];                                                                  \
-                    for (int v = 0; v < NV; v++) xv[v] = *(const VU *)(xk + v * VL);           \
-                    for (int ob = 0; ob < OB; ob++) {                                          \
-                        const T wv = wk[ob];                                                   \
-                        for (int v = 0; v < NV; v++) acc[ob][v] += wv * xv[v];                 \
+                    V xv[NVV];                                                                 \
+                    _Pragma("GCC unroll 16") for (int v = 0; v < NVV; v++) LOADV(xv[v], xk + v * VL);                   \
+                    _Pragma("GCC unroll 16") for (int ob = 0; ob < OB; ob++) {                                          \
+                        V wv;                                                                  \
+                        BCAST(wv, wk + ob);                                                    \
+                        _Pragma("GCC unroll 16") for (int v = 0; v < NVV; v++) acc[ob][v] += wv * xv[v];                \
                     }                                                                          \
                 }                                                                              \
             }                                                                                  \
         if (!partial) {                                                                        \
-            for (int ob = 0; ob < OB; ob++)                                                    \
-                for (int v = 0; v < NV; v++)                                                   \
+            _Pragma("GCC unroll 16") for (int ob = 0; ob < OB; ob++)                                                    \
+                _Pragma("GCC unroll 16") for (int v = 0; v < NVV; v++)                                                  \
                     *(VU *)(orow + ob * OHW + ox0 + v * VL) = acc[ob][v];                      \
         } else {                                                                               \
-            for (int ob = 0; ob < OB; ob++) {                                                  \
-                T tmp[NV * VL];                                                                \
-                for (int v = 0; v < NV; v++) *(VU *)(tmp + v * VL) = acc[ob][v];               \
+            _Pragma("GCC unroll 16") for (int ob = 0; ob < OB; ob++) {                                                  \
+                T tmp[NVV * VL];                                                               \
+                _Pragma("GCC unroll 16") for (int v = 0; v < NVV; v++) *(VU *)(tmp + v * VL) = acc[ob][v];              \
                 memcpy(orow + ob * OHW + ox0, tmp, (size_t)(OW - ox0) * sizeof(T));            \
             }                                                                                  \
         }                                                                                      \
-    } while (0)
+    }
 
-/* Output rows [a, b) of image n, group g; xp holds the padded rows a*sy .. of the group's
- * channels (R rows each, WP columns). */
-#define DIRECT_ROWS(T, V, VU, VL, SUF)                                                         \
+/* Weight-gradient tiles: WO output channels x WT taps, the products summed over every output
+ * position of one image. */
+#define WO 4
+#define WT 4
+
+/* The kernels of one dtype and instruction set:
+ *   direct_rows: output rows [a, b) of image n, group g; xp holds the padded rows a*sy .. of
+ *     the group's channels (R rows each, WP columns). Blocks of 8 channels use 8 x 2 vector
+ *     tiles, smaller blocks 2 or 4 vectors, whichever computes fewer columns past OW.
+ *   wgrad_block: dst[i*K + k] += sum over (oy, ox) of gp[i][oy][ox] * x(tap k at oy, ox) for
+ *     the ob <= WO channels of gp ([WO][OH][OWp], zero past OW and past ob); xp holds all
+ *     padded rows of the group's channels (plane elements apart). */
+#define KERNELS(T, V, VU, VI, VL, SUF, ATTR, LOADV, BCAST)                                         \
     _Pragma("GCC push_options") _Pragma("GCC optimize(\"fp-contract=fast\")")                  \
-    CONV_CLONES static void direct_rows_##SUF(const direct_job *j, const T *xp, int64_t R,     \
-                                              int64_t n, int64_t g, int64_t a, int64_t b) {    \
+    ATTR static void direct_rows_##SUF(const direct_job *j, const void *xpv, int64_t R,        \
+                                       int64_t n, int64_t g, int64_t a, int64_t b) {           \
         const geom *q = &j->q;                                                                 \
+        const T *xp = xpv;                                                                     \
         const int64_t Cg = q->Cg, KH = q->KH, KW = q->KW, dx = q->dx, OW = q->OW;              \
         const int64_t OHW = q->OH * OW, K = Cg * KH * KW, WP = j->WP;                          \
         const int64_t plane = R * WP, rowstep = q->dy * WP;                                    \
         const T *wg = (const T *)j->wpk + g * q->Og * K;                                       \
         const T *bg = j->bias ? (const T *)j->bias + g * q->Og : NULL;                         \
         T *og = (T *)j->out + (n * q->O + g * q->Og) * OHW;                                    \
+        const int wide = covered(OW, 4 * VL) <= covered(OW, 2 * VL);                           \
         for (int64_t oy = a; oy < b; oy++) {                                                   \
             const T *xrow = xp + (oy - a) * q->sy * WP;                                        \
             for (int64_t o0 = 0; o0 < q->Og;) {                                                \
                 const int64_t nb = block_of(q->Og - o0);                                       \
                 const T *wb = wg + o0 * K;                                                     \
                 T *orow = og + o0 * OHW + oy * OW;                                             \
-                for (int64_t t = 0; t < OW; t += NV * VL) {                                    \
-                    int64_t ox0 = t;                                                           \
-                    int partial = 0;                                                           \
-                    if (ox0 + NV * VL > OW) {                                                  \
-                        if (OW >= NV * VL) ox0 = OW - NV * VL;                                 \
-                        else partial = 1;                                                      \
-                    }                                                                          \
-                    const T *xr = xrow + ox0;                                                  \
-                    switch (nb) {                                                              \
-                    case 8: DIRECT_TILE(T, V, VU, VL, 8); break;                               \
-                    case 4: DIRECT_TILE(T, V, VU, VL, 4); break;                               \
-                    case 2: DIRECT_TILE(T, V, VU, VL, 2); break;                               \
-                    default: DIRECT_TILE(T, V, VU, VL, 1); break;                              \
-                    }                                                                          \
+                switch (nb * 2 + wide) {                                                       \
+                case 16: case 17: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 8, 2); break;       \
+                case 8: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 4, 2); break;                 \
+                case 9: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 4, 4); break;                 \
+                case 6: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 3, 2); break;                 \
+                case 7: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 3, 4); break;                 \
+                case 4: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 2, 2); break;                 \
+                case 5: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 2, 4); break;                 \
+                case 2: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 1, 2); break;                 \
+                default: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 1, 4); break;                \
                 }                                                                              \
                 o0 += nb;                                                                      \
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
+    ATTR static void wgrad_block_##SUF(const geom *q, const void *xpv, int64_t plane,          \
+                                       int64_t WP, const void *gpv, int64_t OWp, int64_t ob,   \
+                                       double *dst) {                                          \
+        const T *xp = xpv, *gp = gpv;                                                          \
+        const int64_t KK = q->KH * q->KW, K = q->Cg * KK, GS = q->OH * OWp;                    \
+        for (int64_t k0 = 0; k0 < K; k0 += WT) {                                               \
+            int64_t xoff[WT];                                                                  \
+            _Pragma("GCC unroll 16") for (int t = 0; t < WT; t++) {                                                     \
+                const int64_t k = k0 + t < K ? k0 + t : K - 1;                                 \
+                xoff[t] = (k / KK) * plane + ((k / q->KW) % q->KH) * q->dy * WP +              \
+                          (k % q->KW) * q->dx;                                                 \
+            }                                                                                  \
+            V acc[WO][WT];                                                                     \
+            _Pragma("GCC unroll 16") for (int i = 0; i < WO; i++)                                                       \
+                _Pragma("GCC unroll 16") for (int t = 0; t < WT; t++) acc[i][t] = (V){0};                               \
+            for (int64_t oy = 0; oy < q->OH; oy++) {                                           \
+                const T *xr = xp + oy * q->sy * WP, *gr = gp + oy * OWp;                       \
+                for (int64_t ox = 0; ox < OWp; ox += VL) {                                     \
+                    V gv[WO], xv[WT];                                                          \
+                    _Pragma("GCC unroll 16") for (int i = 0; i < WO; i++) LOADV(gv[i], gr + i * GS + ox);               \
+                    _Pragma("GCC unroll 16") for (int t = 0; t < WT; t++) LOADV(xv[t], xr + xoff[t] + ox);              \
+                    _Pragma("GCC unroll 16") for (int i = 0; i < WO; i++)                                               \
+                        _Pragma("GCC unroll 16") for (int t = 0; t < WT; t++) acc[i][t] += gv[i] * xv[t];               \
+                }                                                                              \
+            }                                                                                  \
+            /* the WO*WT lane sums by a shuffle tree: each level halves the lanes per         \
+             * accumulator and packs two vectors into one; the last holds the sums in order */ \
+            V red[WO * WT];                                                                    \
+            _Pragma("GCC unroll 16") for (int i = 0; i < WO; i++)                              \
+                _Pragma("GCC unroll 16") for (int t = 0; t < WT; t++) red[i * WT + t] = acc[i][t]; \
+            int cnt = WO * WT;                                                                 \
+            _Pragma("GCC unroll 8") for (int h = VL; h > 1 && cnt > 1; h /= 2) {               \
+                VI P, Q;                                                                       \
+                _Pragma("GCC unroll 16") for (int L = 0; L < VL; L++) {                        \
+                    const int LL = L % (VL / 2), gi = LL / (h / 2), r = LL % (h / 2);          \
+                    P[L] = (L < VL / 2 ? 0 : VL) + gi * h + r;                                 \
+                    Q[L] = P[L] + h / 2;                                                       \
+                }                                                                              \
+                _Pragma("GCC unroll 16") for (int m = 0; m < cnt / 2; m++)                     \
+                    red[m] = __builtin_shuffle(red[2 * m], red[2 * m + 1], P) +                \
+                             __builtin_shuffle(red[2 * m], red[2 * m + 1], Q);                 \
+                cnt /= 2;                                                                      \
+            }                                                                                  \
+            for (int64_t i = 0; i < ob; i++)                                                   \
+                for (int t = 0; t < WT && k0 + t < K; t++)                                     \
+                    dst[i * K + k0 + t] += (double)red[(i * WT + t) / VL][(i * WT + t) % VL];  \
+        }                                                                                      \
+    }                                                                                          \
     _Pragma("GCC pop_options")
 
-DIRECT_ROWS(float, v16f, v16fu, 16, f32)
-DIRECT_ROWS(double, v8d, v8du, 8, f64)
+/* Vector loads (unaligned) and broadcasts: plain C for the portable and AVX2 builds; for
+ * AVX-512 pinned to registers, so that each loaded vector and broadcast weight is read once
+ * per tap rather than folded into every FMA that uses it (which makes the loop load-bound). */
+#define LD_F32(d, p) ((d) = *(const v16fu *)(p))
+#define LD_F64(d, p) ((d) = *(const v8du *)(p))
+#define BC_F32(d, p) ((d) = (v16f){0} + *(p))
+#define BC_F64(d, p) ((d) = (v8d){0} + *(p))
 
-/* Work units: (n, g, oy) flattened. Each range pads the rows it needs per (n, g) segment. */
+KERNELS(float, v16f, v16fu, v16i, 16, f32_gen, CONV_CLONES, LD_F32, BC_F32)
+KERNELS(double, v8d, v8du, v8l, 8, f64_gen, CONV_CLONES, LD_F64, BC_F64)
+
+#ifdef CONV_X86
+#define LD_F32_512(d, p)                                                                       \
+    do {                                                                                       \
+        (d) = *(const v16fu *)(p);                                                             \
+        __asm__("" : "+v"(d));                                                                 \
+    } while (0)
+#define LD_F64_512(d, p)                                                                       \
+    do {                                                                                       \
+        (d) = *(const v8du *)(p);                                                              \
+        __asm__("" : "+v"(d));                                                                 \
+    } while (0)
+#define BC_F32_512(d, p) __asm__("vbroadcastss %1, %0" : "=v"(d) : "m"(*(p)))
+#define BC_F64_512(d, p) __asm__("vbroadcastsd %1, %0" : "=v"(d) : "m"(*(p)))
+KERNELS(float, v16f, v16fu, v16i, 16, f32_512, __attribute__((target("avx512f"))), LD_F32_512,
+        BC_F32_512)
+KERNELS(double, v8d, v8du, v8l, 8, f64_512, __attribute__((target("avx512f"))), LD_F64_512,
+        BC_F64_512)
+#endif
+
+typedef void (*rows_fn)(const direct_job *j, const void *xp, int64_t R, int64_t n, int64_t g,
+                        int64_t a, int64_t b);
+typedef void (*wgrad_fn)(const geom *q, const void *xp, int64_t plane, int64_t WP,
+                         const void *gp, int64_t OWp, int64_t ob, double *dst);
+
+static bool have_avx512(void) {
+#ifdef CONV_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+
+static rows_fn rows_kernel(em_dtype dt) {
+#ifdef CONV_X86
+    if (have_avx512()) return dt == EM_F32 ? direct_rows_f32_512 : direct_rows_f64_512;
+#endif
+    return dt == EM_F32 ? direct_rows_f32_gen : direct_rows_f64_gen;
+}
+
+static wgrad_fn wgrad_kernel(em_dtype dt) {
+#ifdef CONV_X86
+    if (have_avx512()) return dt == EM_F32 ? wgrad_block_f32_512 : wgrad_block_f64_512;
+#endif
+    return dt == EM_F32 ? wgrad_block_f32_gen : wgrad_block_f64_gen;
+}
+
+/* Padded scratch per task is kept near this size (rows are padded in blocks). */
+#define PAD_BUDGET (512 * 1024)
+
+/* Work units: (n, g, oy) flattened. Each range pads the rows it needs, a block of output
+ * rows at a time. */
 static void direct_range(int64_t lo, int64_t hi, void *arg) {
     direct_job *j = arg;
     const geom *q = &j->q;
+    const rows_fn rows = rows_kernel(j->elem == 4 ? EM_F32 : EM_F64);
     const int64_t span = (q->KH - 1) * q->dy + 1; /* padded rows one output row reads */
-    const int64_t rows = hi - lo < q->OH ? hi - lo : q->OH;
-    const int64_t Rmax = (rows - 1) * q->sy + span;
-    void *xp = cpu_scratch((size_t)(q->Cg * Rmax * j->WP) * (size_t)j->elem);
+    const int64_t row_bytes = q->Cg * j->WP * j->elem;
+    int64_t rb = (PAD_BUDGET / row_bytes - span) / q->sy + 1; /* output rows per block */
+    if (rb < 1) rb = 1;
+    if (rb > hi - lo) rb = hi - lo;
+    if (rb > q->OH) rb = q->OH;
+    const int64_t Rmax = (rb - 1) * q->sy + span;
+    void *xp = cpu_scratch((size_t)(Rmax * row_bytes));
     if (!xp) {
         j->status = EM_ERR_NOMEM;
         return;
     }
     for (int64_t u = lo; u < hi;) {
         const int64_t ng = u / q->OH, a = u % q->OH;
-        const int64_t b = a + (hi - u) < q->OH ? a + (hi - u) : q->OH;
+        int64_t b = a + (hi - u) < q->OH ? a + (hi - u) : q->OH;
+        if (b - a > rb) b = a + rb;
         const int64_t n = ng / q->G, g = ng % q->G;
         const int64_t R = (b - 1 - a) * q->sy + span;
         const size_t src_off = (size_t)((n * q->C + g * q->Cg) * q->H * q->W);
-        if (j->elem == 4) {
+        if (j->elem == 4)
             pad_rows_f32((const float *)j->x + src_off, xp, q, a * q->sy, R, j->WP);
-            direct_rows_f32(j, xp, R, n, g, a, b);
-        } else {
+        else
             pad_rows_f64((const double *)j->x + src_off, xp, q, a * q->sy, R, j->WP);
-            direct_rows_f64(j, xp, R, n, g, a, b);
-        }
+        rows(j, xp, R, n, g, a, b);
         u += b - a;
     }
     cpu_scratch_free(xp);
@@ -283,7 +415,7 @@ PACK(double, f64)
 static em_status conv_direct(const geom *q, em_dtype dt, const void *x, const void *w,
                              const void *bias, void *out, int flip) {
     const size_t elem = em_dtype_size(dt);
-    const int64_t VL = dt == EM_F32 ? 16 : 8, PW = NV * VL;
+    const int64_t VL = dt == EM_F32 ? 16 : 8, PW = 4 * VL; /* the widest tile */
     direct_job j = {.q = *q, .x = x, .out = out, .bias = bias, .elem = (int64_t)elem};
     j.WP = (q->OW > PW ? q->OW : PW) + (q->KW - 1) * q->dx;
     void *wpk = cpu_scratch((size_t)(q->O * q->Cg * q->KH * q->KW) * elem);
@@ -296,6 +428,95 @@ static em_status conv_direct(const geom *q, em_dtype dt, const void *x, const vo
     int64_t grain = (1 << 16) / (row_work > 0 ? row_work : 1);
     cpu_parallel_for(units, grain < 1 ? 1 : grain, direct_range, &j);
     cpu_scratch_free(wpk);
+    return j.status == EM_OK ? EM_OK : oom();
+}
+
+/* The direct weight gradient: units (batch slice s, group g, part p of the group's blocks of
+ * WO channels); each sums its images into part[s] (doubles), the slices added in order at
+ * the end. */
+typedef struct wgrad_job {
+    geom q;
+    const void *x, *gy;  /* contiguous */
+    double *part;        /* [S][O*K] */
+    int64_t S, P, nblk;  /* slices, parts per group, blocks per group */
+    int64_t HP, WP, OWp, elem;
+    em_status status;
+} wgrad_job;
+
+static void wgrad_range(int64_t lo, int64_t hi, void *arg) {
+    wgrad_job *j = arg;
+    const geom *q = &j->q;
+    const wgrad_fn kern = wgrad_kernel(j->elem == 4 ? EM_F32 : EM_F64);
+    const int64_t K = q->Cg * q->KH * q->KW, plane = j->HP * j->WP, GS = q->OH * j->OWp;
+    const int64_t OHW = q->OH * q->OW;
+    char *xp = cpu_scratch((size_t)(q->Cg * plane * j->elem));
+    char *gp = cpu_scratch((size_t)(WO * GS * j->elem));
+    if (!xp || !gp) {
+        j->status = EM_ERR_NOMEM;
+        if (xp) cpu_scratch_free(xp);
+        if (gp) cpu_scratch_free(gp);
+        return;
+    }
+    memset(gp, 0, (size_t)(WO * GS * j->elem)); /* row tails stay zero */
+    for (int64_t u = lo; u < hi; u++) {
+        const int64_t s = u / (q->G * j->P), g = (u / j->P) % q->G, p = u % j->P;
+        const int64_t n0 = s * q->N / j->S, n1 = (s + 1) * q->N / j->S;
+        const int64_t b0 = p * j->nblk / j->P, b1 = (p + 1) * j->nblk / j->P;
+        for (int64_t n = n0; n < n1; n++) {
+            const size_t xoff = (size_t)((n * q->C + g * q->Cg) * q->H * q->W);
+            if (j->elem == 4) pad_rows_f32((const float *)j->x + xoff, (float *)(void *)xp, q, 0, j->HP, j->WP);
+            else pad_rows_f64((const double *)j->x + xoff, (double *)(void *)xp, q, 0, j->HP, j->WP);
+            for (int64_t blk = b0; blk < b1; blk++) {
+                const int64_t o0 = blk * WO, ob = q->Og - o0 < WO ? q->Og - o0 : WO;
+                for (int64_t i = 0; i < WO; i++) {
+                    char *dp = gp + (size_t)(i * GS * j->elem);
+                    if (i >= ob) {
+                        memset(dp, 0, (size_t)(GS * j->elem));
+                        continue;
+                    }
+                    const char *sp = (const char *)j->gy +
+                                     (size_t)((n * q->O + g * q->Og + o0 + i) * OHW * j->elem);
+                    for (int64_t oy = 0; oy < q->OH; oy++)
+                        memcpy(dp + (size_t)(oy * j->OWp * j->elem),
+                               sp + (size_t)(oy * q->OW * j->elem), (size_t)(q->OW * j->elem));
+                }
+                kern(q, xp, plane, j->WP, gp, j->OWp, ob,
+                     j->part + s * q->O * K + (g * q->Og + o0) * K);
+            }
+        }
+    }
+    cpu_scratch_free(xp);
+    cpu_scratch_free(gp);
+}
+
+static em_status wgrad_direct(const geom *q, em_dtype dt, const void *x, const void *gy,
+                              void *gw) {
+    const int64_t elem = (int64_t)em_dtype_size(dt), VL = 64 / elem;
+    const int64_t K = q->Cg * q->KH * q->KW, OK = q->O * K;
+    const int64_t nt = cpu_threads();
+    wgrad_job j = {.q = *q, .x = x, .gy = gy, .elem = elem};
+    j.OWp = (q->OW + VL - 1) / VL * VL;
+    j.WP = j.OWp + (q->KW - 1) * q->dx;
+    j.HP = (q->OH - 1) * q->sy + (q->KH - 1) * q->dy + 1;
+    j.nblk = (q->Og + WO - 1) / WO;
+    j.S = q->N < 4 * nt ? q->N : 4 * nt;
+    while (j.S > 1 && j.S * OK * 8 > (64 << 20)) j.S--;
+    j.P = (4 * nt + j.S * q->G - 1) / (j.S * q->G);
+    if (j.P > j.nblk) j.P = j.nblk;
+    if (j.P < 1) j.P = 1;
+    j.part = cpu_scratch((size_t)(j.S * OK) * sizeof(double));
+    if (!j.part) return oom();
+    memset(j.part, 0, (size_t)(j.S * OK) * sizeof(double));
+    cpu_parallel_for(j.S * q->G * j.P, 1, wgrad_range, &j);
+    if (j.status == EM_OK) {
+        for (int64_t s = 1; s < j.S; s++)
+            for (int64_t i = 0; i < OK; i++) j.part[i] += j.part[s * OK + i];
+        for (int64_t i = 0; i < OK; i++) {
+            if (dt == EM_F32) ((float *)gw)[i] = (float)j.part[i];
+            else ((double *)gw)[i] = j.part[i];
+        }
+    }
+    cpu_scratch_free(j.part);
     return j.status == EM_OK ? EM_OK : oom();
 }
 
@@ -434,6 +655,14 @@ static bool use_direct(const geom *q) {
     return K <= 256 || q->Og < 8;
 }
 
+static bool use_direct_wgrad(const geom *q) {
+    const char *f = getenv("CPUCONV_FORCE"); /* TUNING-TEMP */
+    if (f && *f == 'g') return false;          /* TUNING-TEMP */
+    if (f && *f == 'd' && q->sx == 1) return true; /* TUNING-TEMP */
+    if (q->sx != 1 || is_pointwise(q)) return false;
+    return q->Cg * q->KH * q->KW <= 256;
+}
+
 em_status cpu_conv2d(void *ctx, const em_view *out, const em_view *x, const em_view *w,
                      const em_view *bias, const em_conv_args *a) {
     if (!fast_dtype(out->dtype) || !cpu_contiguous(out) || cpu_numel(out) == 0 ||
@@ -463,6 +692,11 @@ em_status cpu_conv2d_weight_grad(void *ctx, const em_view *gw, const em_view *x,
     const int64_t K = q.Cg * q.KH * q.KW, OHW = q.OH * q.OW, GK = q.O * K;
     inputs in;
     em_status s = contig_inputs(&in, x, gy, NULL);
+    if (s == EM_OK && use_direct_wgrad(&q)) {
+        s = wgrad_direct(&q, dt, cpu_ptr(&in.v[0]), cpu_ptr(&in.v[1]), cpu_ptr(gw));
+        release(&in);
+        return s;
+    }
     const bool pw = is_pointwise(&q);
     void *col = NULL, *part = NULL;
     double *acc = NULL;
