@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench.h"
 #include "ember/backend.h"
 #include "ember/ember.h"
 
@@ -35,6 +36,9 @@ static const bench_cmd COMMANDS[] = {
      "[--batch 4096] [--width 1024] [--layers 16] [--act relu|gelu] [--rounds 1] [--device D]",
      "peak memory and time of an MLP's forward + backward: BALANCED vs DISABLED checkpointing",
      cmd_checkpoint},
+    {"cpu", "[--rounds 5] [--tiny]",
+     "the cpu backend vs OpenBLAS, plain C loops and ref (PyTorch: bench/cpu_vs_torch.py)",
+     bench_cpu},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
@@ -63,6 +67,9 @@ static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
+double bench_now_ns(void) { return now_ns(); }
+double bench_median(double *v, int n) { return median(v, n); }
 
 /** Parses "--name value" options into *iters / *rounds. Returns 0, or 2 on a bad option. */
 static int parse_counts(int argc, char **argv, long *iters, long *rounds) {

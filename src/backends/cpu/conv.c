@@ -2,28 +2,68 @@
  * conv_transpose2d, with any stride, padding, dilation and groups (NCHW).
  *
  * Two methods:
- *   - direct: for a unit column stride (conv2d, and conv_transpose2d with unit strides, which
- *     is a conv2d with the kernel flipped and the padding (K-1)*d - p). Each task copies the
- *     input rows it needs into a zero-padded scratch block, then a register-tiled kernel
- *     (8, 4, 2 or 1 output channels x two vectors of output columns, vectorized with GCC
- *     vector types, cloned for AVX-512 / AVX2+FMA / portable) sums the taps with the bias as
- *     the accumulators' start. Threaded over (image, group, output row).
- *   - im2col + GEMM (OpenBLAS, which threads inside the GEMM) per image and group, for the
- *     strided cases and the large reductions where BLAS wins: conv2d = w_g @ col(x);
- *     conv2d_weight_grad = sum over images of gy_g @ col(x)^T (f32 batches summed in double);
- *     conv_transpose2d = col2im(w_g^T @ x_g), the scatter-add threaded over output channels.
- * Other dtypes, empty tensors and zero channel counts go to the ref kernels. */
+ *   - direct, while the reduction per output (Cg*KH*KW) is moderate: each task copies the input
+ *     rows it needs into zero-padded scratch rows (split into stride phases, so that any
+ *     stride reads consecutive elements), then register-tiled kernels run on GCC vector types:
+ *     conv2d tiles of 8 output channels x 2 vectors of columns (4, 3, 2, 1 channels x 2 or 4
+ *     vectors for the rest), the bias as the accumulators' start, threaded over (image,
+ *     group, output row); conv2d_weight_grad tiles of 4 output channels x 4 taps summed over
+ *     every output position, the lane sums by a shuffle tree, each batch slice summed in
+ *     double and the slices added in order. conv_transpose2d with unit strides is the conv2d
+ *     of x with the flipped kernel and padding (K-1)*d - p. Kernels: AVX-512 (loads pinned to
+ *     registers), and AVX2+FMA / portable clones, chosen at run time.
+ *   - im2col + GEMM (OpenBLAS, which threads inside the GEMM) per image and group for the
+ *     rest: conv2d = w_g @ col(x) (no im2col for 1x1 kernels); conv2d_weight_grad = the sum
+ *     over images of gy_g @ col(x)^T (f32 images summed in double); conv_transpose2d =
+ *     col2im(w_g^T @ x_g), the scatter-add threaded over output channels.
+ * Other dtypes, empty tensors and zero channel counts go to the ref kernels. Like PyTorch's
+ * kernels (and unlike ref, which skips them), padded taps multiply zeros: a non-finite
+ * weight there gives NaN. */
 #include <cblas.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "cpu.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__GNUC__) && !defined(__clang__)
+/* FMA contraction for the kernels (-std=c11 turns it off) and GCC's two-vector shuffle */
+#define CONV_GCC_SHUFFLE 1
+#define CONV_FMA_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\"fp-contract=fast\")")
+#define CONV_FMA_END _Pragma("GCC pop_options")
+#define LANESUM(T, V, VI, VL)                                                                      \
+    do {                                                                                           \
+        int cnt = WO * WT;                                                                         \
+        for (int lv = 0; (VL >> lv) > 1 && cnt > 1; lv++) {                                        \
+            const VI P = *(const VI *)shuf_lo_##VL[lv], Q = *(const VI *)shuf_hi_##VL[lv];         \
+            for (int m = 0; m < cnt / 2; m++)                                                      \
+                red[m] = __builtin_shuffle(red[2 * m], red[2 * m + 1], P) +                        \
+                         __builtin_shuffle(red[2 * m], red[2 * m + 1], Q);                         \
+            cnt /= 2;                                                                              \
+        }                                                                                          \
+    } while (0)
+#else
+#define CONV_FMA_BEGIN
+#define CONV_FMA_END
+#define LANESUM(T, V, VI, VL)                                                                      \
+    do {                                                                                           \
+        T sums[WO * WT];                                                                           \
+        for (int i = 0; i < WO * WT; i++) {                                                        \
+            sums[i] = 0;                                                                           \
+            for (int l = 0; l < VL; l++) sums[i] += red[i][l];                                     \
+        }                                                                                          \
+        for (int i = 0; i < WO * WT; i++) red[i / VL][i % VL] = sums[i];                           \
+    } while (0)
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                          \
+    !defined(__SANITIZE_ADDRESS__)
 #define CONV_X86 1
 #define CONV_CLONES __attribute__((target_clones("arch=haswell", "default")))
 #else
 #define CONV_CLONES
 #endif
+
+#define UNROLL _Pragma("GCC unroll 16") /* the small loops over tiles' registers */
 
 typedef float v16f __attribute__((vector_size(64)));
 typedef float v16fu __attribute__((vector_size(64), aligned(4), may_alias));
@@ -35,8 +75,12 @@ typedef int64_t v8l __attribute__((vector_size(64)));
 static em_status oom(void) { return em_backend_set_error(EM_ERR_NOMEM, "cpu: out of memory"); }
 
 /* ceil(a / b) for b > 0 and any a. */
-static inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
-static inline int64_t clampi(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+static inline int64_t ceil_div(int64_t a, int64_t b) {
+    return a >= 0 ? (a + b - 1) / b : -((-a) / b);
+}
+static inline int64_t clampi(int64_t v, int64_t lo, int64_t hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
 
 /* The geometry of a forward convolution: x [N, C, H, W] -> out [N, O, OH, OW], weights
  * [O, Cg, KH, KW] in G groups. Padding may be negative (a transposed conv as a conv). */
@@ -45,83 +89,115 @@ typedef struct geom {
     int64_t sy, sx, py, px, dy, dx;
 } geom;
 
-/* ---- typed helpers (im2col, col2im, bias, padding, weight packing) ---- */
+/* The direct kernels read x from zero-padded rows split into sx phases: phase ph holds the
+ * padded columns ph, ph + sx, ph + 2*sx, ... (padded column j is input column j - px), so
+ * that output column ox at tap kw reads element ox + (kw*dx)/sx of phase (kw*dx) % sx, and
+ * consecutive outputs read consecutive elements whatever the stride. */
+#define MAX_KW 64
+typedef struct padded {
+    int64_t WPh;         /* elements per phase */
+    int64_t WP;          /* a padded row: sx * WPh */
+    int64_t tap[MAX_KW]; /* offset in a row of tap kw for output column 0 */
+} padded;
 
-#define TYPED_HELPERS(T, SUF)                                                                  \
-    /* col[k, oy*OW + ox] = x[c, iy, ix] for rows k in [k0, k1) (k = (c*KH + kh)*KW + kw). */ \
-    static void im2col_##SUF(const T *src, T *col, const geom *q, int64_t k0, int64_t k1) {   \
-        const int64_t KK = q->KH * q->KW, OHW = q->OH * q->OW;                                 \
-        for (int64_t k = k0; k < k1; k++) {                                                    \
-            const int64_t c = k / KK, kh = (k / q->KW) % q->KH, kw = k % q->KW;                \
-            const T *sc = src + c * q->H * q->W;                                               \
-            T *d = col + k * OHW;                                                              \
-            const int64_t off = q->px - kw * q->dx; /* ix = ox*sx - off */                     \
-            const int64_t lo = clampi(ceil_div(off, q->sx), 0, q->OW);                         \
-            const int64_t hi = clampi(ceil_div(q->W + off, q->sx), lo, q->OW);                 \
-            for (int64_t oy = 0; oy < q->OH; oy++, d += q->OW) {                               \
-                const int64_t iy = oy * q->sy - q->py + kh * q->dy;                            \
-                if (iy < 0 || iy >= q->H) {                                                    \
-                    memset(d, 0, (size_t)q->OW * sizeof(T));                                   \
-                    continue;                                                                  \
-                }                                                                              \
-                const T *s = sc + iy * q->W - off;                                             \
-                for (int64_t ox = 0; ox < lo; ox++) d[ox] = 0;                                 \
-                if (q->sx == 1) {                                                              \
-                    if (hi > lo) memcpy(d + lo, s + lo, (size_t)(hi - lo) * sizeof(T));        \
-                } else                                                                         \
-                    for (int64_t ox = lo; ox < hi; ox++) d[ox] = s[ox * q->sx];                \
-                for (int64_t ox = hi; ox < q->OW; ox++) d[ox] = 0;                             \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    /* The transposed conv's scatter for output planes [p0, p1) of one image and group: q is  \
-     * the transposed conv's geometry seen from its forward conv (x = the transposed conv's   \
-     * output, H x W; col rows (p*KH + kh)*KW + kw over the OH x OW input positions). */       \
-    static void col2im_##SUF(const T *col, T *out, const T *bias, const geom *q, int64_t p0,  \
-                             int64_t p1) {                                                     \
-        const int64_t KK = q->KH * q->KW, OHW = q->OH * q->OW, HW = q->H * q->W;               \
-        for (int64_t p = p0; p < p1; p++) {                                                    \
-            T *o = out + p * HW;                                                               \
-            const T b = bias ? bias[p] : (T)0;                                                 \
-            for (int64_t i = 0; i < HW; i++) o[i] = b;                                         \
-            for (int64_t kh = 0; kh < q->KH; kh++)                                             \
-                for (int64_t kw = 0; kw < q->KW; kw++) {                                       \
-                    const T *cr = col + (p * KK + kh * q->KW + kw) * OHW;                      \
-                    const int64_t off = q->px - kw * q->dx;                                    \
-                    const int64_t lo = clampi(ceil_div(off, q->sx), 0, q->OW);                 \
-                    const int64_t hi = clampi(ceil_div(q->W + off, q->sx), lo, q->OW);         \
-                    for (int64_t oy = 0; oy < q->OH; oy++) {                                   \
-                        const int64_t iy = oy * q->sy - q->py + kh * q->dy;                    \
-                        if (iy < 0 || iy >= q->H) continue;                                    \
-                        T *orow = o + iy * q->W - off;                                         \
-                        const T *c = cr + oy * q->OW;                                          \
-                        if (q->sx == 1)                                                        \
-                            for (int64_t ox = lo; ox < hi; ox++) orow[ox] += c[ox];            \
-                        else                                                                   \
-                            for (int64_t ox = lo; ox < hi; ox++) orow[ox * q->sx] += c[ox];    \
-                    }                                                                          \
-                }                                                                              \
-        }                                                                                      \
-    }                                                                                          \
-    /* Rows [r0, r0 + R) of the zero-padded planes of channels [0, Cg) of src (padded row r   \
-     * is input row r - py, padded column j input column j - px), WP columns each. */         \
-    static void pad_rows_##SUF(const T *src, T *dst, const geom *q, int64_t r0, int64_t R,    \
-                               int64_t WP) {                                                   \
-        const int64_t a = clampi(q->px, 0, WP), b = clampi(q->W + q->px, a, WP);               \
-        for (int64_t c = 0; c < q->Cg; c++) {                                                  \
-            const T *sc = src + c * q->H * q->W;                                               \
-            for (int64_t r = 0; r < R; r++) {                                                  \
-                T *d = dst + (c * R + r) * WP;                                                 \
-                const int64_t iy = r0 + r - q->py;                                             \
-                if (iy < 0 || iy >= q->H || a >= b) {                                          \
-                    memset(d, 0, (size_t)WP * sizeof(T));                                      \
-                    continue;                                                                  \
-                }                                                                              \
-                for (int64_t j = 0; j < a; j++) d[j] = 0;                                      \
-                memcpy(d + a, sc + iy * q->W + (a - q->px), (size_t)(b - a) * sizeof(T));      \
-                for (int64_t j = b; j < WP; j++) d[j] = 0;                                     \
-            }                                                                                  \
-        }                                                                                      \
+/* The layout for output columns [0, width) (width >= OW: tiles may compute past OW). */
+static padded padded_layout(const geom *q, int64_t width) {
+    padded p;
+    p.WPh = width + ((q->KW - 1) * q->dx) / q->sx;
+    p.WP = q->sx * p.WPh;
+    for (int64_t kw = 0; kw < q->KW && kw < MAX_KW; kw++)
+        p.tap[kw] = ((kw * q->dx) % q->sx) * p.WPh + (kw * q->dx) / q->sx;
+    return p;
+}
+
+/* ---- typed helpers (im2col, col2im, padding) ---- */
+
+#define TYPED_HELPERS(T, SUF)                                                                      \
+    /* col[k, oy*OW + ox] = x[c, iy, ix] for rows k in [k0, k1) (k = (c*KH + kh)*KW + kw). */      \
+    static void im2col_##SUF(const T *src, T *col, const geom *q, int64_t k0, int64_t k1) {        \
+        const int64_t KK = q->KH * q->KW, OHW = q->OH * q->OW;                                     \
+        for (int64_t k = k0; k < k1; k++) {                                                        \
+            const int64_t c = k / KK, kh = (k / q->KW) % q->KH, kw = k % q->KW;                    \
+            const T *sc = src + c * q->H * q->W;                                                   \
+            T *d = col + k * OHW;                                                                  \
+            const int64_t off = q->px - kw * q->dx; /* ix = ox*sx - off */                         \
+            const int64_t lo = clampi(ceil_div(off, q->sx), 0, q->OW);                             \
+            const int64_t hi = clampi(ceil_div(q->W + off, q->sx), lo, q->OW);                     \
+            for (int64_t oy = 0; oy < q->OH; oy++, d += q->OW) {                                   \
+                const int64_t iy = oy * q->sy - q->py + kh * q->dy;                                \
+                if (iy < 0 || iy >= q->H) {                                                        \
+                    memset(d, 0, (size_t)q->OW * sizeof(T));                                       \
+                    continue;                                                                      \
+                }                                                                                  \
+                const T *s = sc + iy * q->W - off;                                                 \
+                for (int64_t ox = 0; ox < lo; ox++) d[ox] = 0;                                     \
+                if (q->sx == 1) {                                                                  \
+                    if (hi > lo) memcpy(d + lo, s + lo, (size_t)(hi - lo) * sizeof(T));            \
+                } else                                                                             \
+                    for (int64_t ox = lo; ox < hi; ox++) d[ox] = s[ox * q->sx];                    \
+                for (int64_t ox = hi; ox < q->OW; ox++) d[ox] = 0;                                 \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    /* The transposed conv's scatter for output planes [p0, p1) of one image and group: q is       \
+     * the transposed conv's geometry seen from its forward conv (x = the transposed conv's        \
+     * output, H x W; col rows (p*KH + kh)*KW + kw over the OH x OW input positions). */           \
+    static void col2im_##SUF(const T *col, T *out, const T *bias, const geom *q, int64_t p0,       \
+                             int64_t p1) {                                                         \
+        const int64_t KK = q->KH * q->KW, OHW = q->OH * q->OW, HW = q->H * q->W;                   \
+        for (int64_t p = p0; p < p1; p++) {                                                        \
+            T *o = out + p * HW;                                                                   \
+            const T b = bias ? bias[p] : (T)0;                                                     \
+            for (int64_t i = 0; i < HW; i++) o[i] = b;                                             \
+            for (int64_t kh = 0; kh < q->KH; kh++)                                                 \
+                for (int64_t kw = 0; kw < q->KW; kw++) {                                           \
+                    const T *cr = col + (p * KK + kh * q->KW + kw) * OHW;                          \
+                    const int64_t off = q->px - kw * q->dx;                                        \
+                    const int64_t lo = clampi(ceil_div(off, q->sx), 0, q->OW);                     \
+                    const int64_t hi = clampi(ceil_div(q->W + off, q->sx), lo, q->OW);             \
+                    for (int64_t oy = 0; oy < q->OH; oy++) {                                       \
+                        const int64_t iy = oy * q->sy - q->py + kh * q->dy;                        \
+                        if (iy < 0 || iy >= q->H) continue;                                        \
+                        T *orow = o + iy * q->W - off;                                             \
+                        const T *c = cr + oy * q->OW;                                              \
+                        if (q->sx == 1)                                                            \
+                            for (int64_t ox = lo; ox < hi; ox++) orow[ox] += c[ox];                \
+                        else                                                                       \
+                            for (int64_t ox = lo; ox < hi; ox++) orow[ox * q->sx] += c[ox];        \
+                    }                                                                              \
+                }                                                                                  \
+        }                                                                                          \
+    }                                                                                              \
+    /* Rows [r0, r0 + R) of the zero-padded planes of channels [0, Cg) of src (padded row r        \
+     * is input row r - py) in the phase layout of p: R rows of p->WP per channel. */              \
+    static void pad_rows_##SUF(const T *src, T *dst, const geom *q, int64_t r0, int64_t R,         \
+                               const padded *p) {                                                  \
+        const int64_t sx = q->sx, WPh = p->WPh;                                                    \
+        for (int64_t c = 0; c < q->Cg; c++) {                                                      \
+            const T *sc = src + c * q->H * q->W;                                                   \
+            for (int64_t r = 0; r < R; r++) {                                                      \
+                T *d = dst + (c * R + r) * p->WP;                                                  \
+                const int64_t iy = r0 + r - q->py;                                                 \
+                if (iy < 0 || iy >= q->H) {                                                        \
+                    memset(d, 0, (size_t)p->WP * sizeof(T));                                       \
+                    continue;                                                                      \
+                }                                                                                  \
+                const T *srow = sc + iy * q->W;                                                    \
+                for (int64_t ph = 0; ph < sx; ph++, d += WPh) {                                    \
+                    /* element m is input column m*sx + ph - px */                                 \
+                    const int64_t lo = clampi(ceil_div(q->px - ph, sx), 0, WPh);                   \
+                    const int64_t hi = clampi(ceil_div(q->W + q->px - ph, sx), lo, WPh);           \
+                    for (int64_t m = 0; m < lo; m++) d[m] = 0;                                     \
+                    if (sx == 1) {                                                                 \
+                        if (hi > lo)                                                               \
+                            memcpy(d + lo, srow + lo - q->px, (size_t)(hi - lo) * sizeof(T));      \
+                    } else {                                                                       \
+                        for (int64_t m = lo; m < hi; m++) d[m] = srow[m * sx + ph - q->px];        \
+                    }                                                                              \
+                    for (int64_t m = hi; m < WPh; m++) d[m] = 0;                                   \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 TYPED_HELPERS(float, f32)
@@ -133,60 +209,72 @@ TYPED_HELPERS(double, f64)
 static inline int64_t block_of(int64_t rem) { return rem >= 8 ? 8 : rem >= 4 ? 4 : rem; }
 
 /* Columns a row of OW outputs computes in tiles of pw. */
-static inline int64_t covered(int64_t OW, int64_t pw) { return OW <= pw ? pw : (OW + pw - 1) / pw * pw; }
+static inline int64_t covered(int64_t OW, int64_t pw) {
+    return OW <= pw ? pw : (OW + pw - 1) / pw * pw;
+}
+
+/* Vectors per tile (1, 2 or up to `most`, 2 or 4): the fewest columns computed past OW, then
+ * the widest tile. */
+static inline int64_t tile_vectors(int64_t OW, int64_t VL, int64_t most) {
+    int64_t best = 1;
+    for (int64_t nv = 2; nv <= most; nv *= 2)
+        if (covered(OW, nv * VL) <= covered(OW, best * VL)) best = nv;
+    return best;
+}
 
 typedef struct direct_job {
     geom q;
-    const void *x;     /* [N, C, H, W] contiguous */
-    void *out;         /* [N, O, OH, OW] */
-    const void *wpk;   /* per group, per block of ob channels starting at o0: [K][ob] at (g*Og + o0)*K */
-    const void *bias;  /* [O] or NULL */
-    int64_t WP;        /* padded row length */
-    int64_t elem;      /* sizeof(T) */
-    em_status status;  /* EM_ERR_NOMEM when a task's scratch failed */
+    const void *x;      /* [N, C, H, W] contiguous */
+    void *out;          /* [N, O, OH, OW] */
+    const void *wpk;    /* packed weights: channels [o0, o0 + ob) as [K][ob] at (g*Og + o0)*K */
+    const void *bias;   /* [O] or NULL */
+    padded pl;          /* the layout of the padded rows */
+    int64_t elem;       /* sizeof(T) */
+    atomic_bool failed; /* a task's scratch allocation failed */
 } direct_job;
 
 /* The tiles of one output row for a block of OB output channels: NVV vectors of VL columns
  * each (the last tile shifted left to end at OW when OW allows, else stored through a
  * buffer). xrow points at the padded row of channel 0 for tap (0, 0); orow at the block's
  * first output row, planes OHW apart; wb at the block's packed weights [K][OB]. */
-#define DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, OB, NVV)                                      \
-    for (int64_t t = 0; t < OW; t += NVV * VL) {                                               \
-        int64_t ox0 = t;                                                                       \
-        int partial = 0;                                                                       \
-        if (ox0 + NVV * VL > OW) {                                                             \
-            if (OW >= NVV * VL) ox0 = OW - NVV * VL;                                           \
-            else partial = 1;                                                                  \
-        }                                                                                      \
-        const T *xr = xrow + ox0;                                                              \
-        V acc[OB][NVV];                                                                        \
-        _Pragma("GCC unroll 16") for (int ob = 0; ob < OB; ob++)                                                        \
-            _Pragma("GCC unroll 16") for (int v = 0; v < NVV; v++) acc[ob][v] = (V){0} + (bg ? bg[o0 + ob] : (T)0);     \
-        const T *wk = wb;                                                                      \
-        for (int64_t c = 0; c < Cg; c++)                                                       \
-            for (int64_t kh = 0; kh < KH; kh++) {                                              \
-                const T *xk = xr + c * plane + kh * rowstep;                                   \
-                for (int64_t kw = 0; kw < KW; kw++, xk += dx, wk += OB) {                      \
-                    V xv[NVV];                                                                 \
-                    _Pragma("GCC unroll 16") for (int v = 0; v < NVV; v++) LOADV(xv[v], xk + v * VL);                   \
-                    _Pragma("GCC unroll 16") for (int ob = 0; ob < OB; ob++) {                                          \
-                        V wv;                                                                  \
-                        BCAST(wv, wk + ob);                                                    \
-                        _Pragma("GCC unroll 16") for (int v = 0; v < NVV; v++) acc[ob][v] += wv * xv[v];                \
-                    }                                                                          \
-                }                                                                              \
-            }                                                                                  \
-        if (!partial) {                                                                        \
-            _Pragma("GCC unroll 16") for (int ob = 0; ob < OB; ob++)                                                    \
-                _Pragma("GCC unroll 16") for (int v = 0; v < NVV; v++)                                                  \
-                    *(VU *)(orow + ob * OHW + ox0 + v * VL) = acc[ob][v];                      \
-        } else {                                                                               \
-            _Pragma("GCC unroll 16") for (int ob = 0; ob < OB; ob++) {                                                  \
-                T tmp[NVV * VL];                                                               \
-                _Pragma("GCC unroll 16") for (int v = 0; v < NVV; v++) *(VU *)(tmp + v * VL) = acc[ob][v];              \
-                memcpy(orow + ob * OHW + ox0, tmp, (size_t)(OW - ox0) * sizeof(T));            \
-            }                                                                                  \
-        }                                                                                      \
+#define DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, OB, NVV)                                          \
+    for (int64_t t = 0; t < OW; t += NVV * VL) {                                                   \
+        int64_t ox0 = t;                                                                           \
+        int partial = 0;                                                                           \
+        if (ox0 + NVV * VL > OW) {                                                                 \
+            if (OW >= NVV * VL) ox0 = OW - NVV * VL;                                               \
+            else partial = 1;                                                                      \
+        }                                                                                          \
+        const T *xr = xrow + ox0;                                                                  \
+        V acc[OB][NVV];                                                                            \
+        UNROLL for (int ob = 0; ob < OB; ob++)                                                     \
+            UNROLL for (int v = 0; v < NVV; v++) acc[ob][v] = (V){0} + (bg ? bg[o0 + ob] : (T)0);  \
+        const T *wk = wb;                                                                          \
+        for (int64_t c = 0; c < Cg; c++)                                                           \
+            for (int64_t kh = 0; kh < KH; kh++) {                                                  \
+                const T *xc = xr + c * plane + kh * rowstep;                                       \
+                for (int64_t kw = 0; kw < KW; kw++, wk += OB) {                                    \
+                    const T *xk = xc + tap[kw];                                                    \
+                    V xv[NVV];                                                                     \
+                    UNROLL for (int v = 0; v < NVV; v++) LOADV(xv[v], xk + v * VL);                \
+                    UNROLL for (int ob = 0; ob < OB; ob++) {                                       \
+                        V wv;                                                                      \
+                        BCAST(wv, wk + ob);                                                        \
+                        UNROLL for (int v = 0; v < NVV; v++) acc[ob][v] += wv * xv[v];             \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+        if (!partial) {                                                                            \
+            UNROLL for (int ob = 0; ob < OB; ob++)                                                 \
+                UNROLL for (int v = 0; v < NVV; v++)                                               \
+                    *(VU *)(orow + ob * OHW + ox0 + v * VL) = acc[ob][v];                          \
+        } else {                                                                                   \
+            UNROLL for (int ob = 0; ob < OB; ob++) {                                               \
+                T tmp[NVV * VL];                                                                   \
+                UNROLL for (int v = 0; v < NVV; v++) *(VU *)(tmp + v * VL) = acc[ob][v];           \
+                memcpy(orow + ob * OHW + ox0, tmp, (size_t)(OW - ox0) * sizeof(T));                \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 /* Weight-gradient tiles: WO output channels x WT taps, the products summed over every output
@@ -194,96 +282,113 @@ typedef struct direct_job {
 #define WO 4
 #define WT 4
 
+#ifdef CONV_GCC_SHUFFLE
+/* Shuffle masks of the lane-sum tree (level lv: lanes per accumulator VL >> lv, halved). */
+_Alignas(64) static const int32_t shuf_lo_16[4][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+    {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
+    {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
+    {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}};
+_Alignas(64) static const int32_t shuf_hi_16[4][16] = {
+    {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+    {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31},
+    {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31},
+    {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}};
+_Alignas(64) static const int64_t shuf_lo_8[3][8] = {
+    {0, 1, 2, 3, 8, 9, 10, 11}, {0, 1, 4, 5, 8, 9, 12, 13}, {0, 2, 4, 6, 8, 10, 12, 14}};
+_Alignas(64) static const int64_t shuf_hi_8[3][8] = {
+    {4, 5, 6, 7, 12, 13, 14, 15}, {2, 3, 6, 7, 10, 11, 14, 15}, {1, 3, 5, 7, 9, 11, 13, 15}};
+#endif
+
 /* The kernels of one dtype and instruction set:
  *   direct_rows: output rows [a, b) of image n, group g; xp holds the padded rows a*sy .. of
- *     the group's channels (R rows each, WP columns). Blocks of 8 channels use 8 x 2 vector
- *     tiles, smaller blocks 2 or 4 vectors, whichever computes fewer columns past OW.
+ *     the group's channels (R rows each, WP columns). Blocks of 8 channels use tiles of 1 or 2
+ *     vectors of columns, smaller blocks 1, 2 or 4 (tile_vectors).
  *   wgrad_block: dst[i*K + k] += sum over (oy, ox) of gp[i][oy][ox] * x(tap k at oy, ox) for
  *     the ob <= WO channels of gp ([WO][OH][OWp], zero past OW and past ob); xp holds all
  *     padded rows of the group's channels (plane elements apart). */
 #define KERNELS(T, V, VU, VI, VL, SUF, ATTR, LOADV, BCAST)                                         \
-    _Pragma("GCC push_options") _Pragma("GCC optimize(\"fp-contract=fast\")")                  \
-    ATTR static void direct_rows_##SUF(const direct_job *j, const void *xpv, int64_t R,        \
-                                       int64_t n, int64_t g, int64_t a, int64_t b) {           \
-        const geom *q = &j->q;                                                                 \
-        const T *xp = xpv;                                                                     \
-        const int64_t Cg = q->Cg, KH = q->KH, KW = q->KW, dx = q->dx, OW = q->OW;              \
-        const int64_t OHW = q->OH * OW, K = Cg * KH * KW, WP = j->WP;                          \
-        const int64_t plane = R * WP, rowstep = q->dy * WP;                                    \
-        const T *wg = (const T *)j->wpk + g * q->Og * K;                                       \
-        const T *bg = j->bias ? (const T *)j->bias + g * q->Og : NULL;                         \
-        T *og = (T *)j->out + (n * q->O + g * q->Og) * OHW;                                    \
-        const int wide = covered(OW, 4 * VL) <= covered(OW, 2 * VL);                           \
-        for (int64_t oy = a; oy < b; oy++) {                                                   \
-            const T *xrow = xp + (oy - a) * q->sy * WP;                                        \
-            for (int64_t o0 = 0; o0 < q->Og;) {                                                \
-                const int64_t nb = block_of(q->Og - o0);                                       \
-                const T *wb = wg + o0 * K;                                                     \
-                T *orow = og + o0 * OHW + oy * OW;                                             \
-                switch (nb * 2 + wide) {                                                       \
-                case 16: case 17: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 8, 2); break;       \
-                case 8: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 4, 2); break;                 \
-                case 9: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 4, 4); break;                 \
-                case 6: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 3, 2); break;                 \
-                case 7: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 3, 4); break;                 \
-                case 4: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 2, 2); break;                 \
-                case 5: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 2, 4); break;                 \
-                case 2: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 1, 2); break;                 \
-                default: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 1, 4); break;                \
-                }                                                                              \
-                o0 += nb;                                                                      \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    ATTR static void wgrad_block_##SUF(const geom *q, const void *xpv, int64_t plane,          \
-                                       int64_t WP, const void *gpv, int64_t OWp, int64_t ob,   \
-                                       double *dst) {                                          \
-        const T *xp = xpv, *gp = gpv;                                                          \
-        const int64_t KK = q->KH * q->KW, K = q->Cg * KK, GS = q->OH * OWp;                    \
-        for (int64_t k0 = 0; k0 < K; k0 += WT) {                                               \
-            int64_t xoff[WT];                                                                  \
-            _Pragma("GCC unroll 16") for (int t = 0; t < WT; t++) {                                                     \
-                const int64_t k = k0 + t < K ? k0 + t : K - 1;                                 \
-                xoff[t] = (k / KK) * plane + ((k / q->KW) % q->KH) * q->dy * WP +              \
-                          (k % q->KW) * q->dx;                                                 \
-            }                                                                                  \
-            V acc[WO][WT];                                                                     \
-            _Pragma("GCC unroll 16") for (int i = 0; i < WO; i++)                                                       \
-                _Pragma("GCC unroll 16") for (int t = 0; t < WT; t++) acc[i][t] = (V){0};                               \
-            for (int64_t oy = 0; oy < q->OH; oy++) {                                           \
-                const T *xr = xp + oy * q->sy * WP, *gr = gp + oy * OWp;                       \
-                for (int64_t ox = 0; ox < OWp; ox += VL) {                                     \
-                    V gv[WO], xv[WT];                                                          \
-                    _Pragma("GCC unroll 16") for (int i = 0; i < WO; i++) LOADV(gv[i], gr + i * GS + ox);               \
-                    _Pragma("GCC unroll 16") for (int t = 0; t < WT; t++) LOADV(xv[t], xr + xoff[t] + ox);              \
-                    _Pragma("GCC unroll 16") for (int i = 0; i < WO; i++)                                               \
-                        _Pragma("GCC unroll 16") for (int t = 0; t < WT; t++) acc[i][t] += gv[i] * xv[t];               \
-                }                                                                              \
-            }                                                                                  \
-            /* the WO*WT lane sums by a shuffle tree: each level halves the lanes per         \
-             * accumulator and packs two vectors into one; the last holds the sums in order */ \
-            V red[WO * WT];                                                                    \
-            _Pragma("GCC unroll 16") for (int i = 0; i < WO; i++)                              \
-                _Pragma("GCC unroll 16") for (int t = 0; t < WT; t++) red[i * WT + t] = acc[i][t]; \
-            int cnt = WO * WT;                                                                 \
-            _Pragma("GCC unroll 8") for (int h = VL; h > 1 && cnt > 1; h /= 2) {               \
-                VI P, Q;                                                                       \
-                _Pragma("GCC unroll 16") for (int L = 0; L < VL; L++) {                        \
-                    const int LL = L % (VL / 2), gi = LL / (h / 2), r = LL % (h / 2);          \
-                    P[L] = (L < VL / 2 ? 0 : VL) + gi * h + r;                                 \
-                    Q[L] = P[L] + h / 2;                                                       \
-                }                                                                              \
-                _Pragma("GCC unroll 16") for (int m = 0; m < cnt / 2; m++)                     \
-                    red[m] = __builtin_shuffle(red[2 * m], red[2 * m + 1], P) +                \
-                             __builtin_shuffle(red[2 * m], red[2 * m + 1], Q);                 \
-                cnt /= 2;                                                                      \
-            }                                                                                  \
-            for (int64_t i = 0; i < ob; i++)                                                   \
-                for (int t = 0; t < WT && k0 + t < K; t++)                                     \
-                    dst[i * K + k0 + t] += (double)red[(i * WT + t) / VL][(i * WT + t) % VL];  \
-        }                                                                                      \
-    }                                                                                          \
-    _Pragma("GCC pop_options")
+    CONV_FMA_BEGIN                                                                                 \
+    /* Lane sums of the WO*WT vectors red[] by a shuffle tree: each level halves the lanes per     \
+     * accumulator and packs two vectors into one; red[0] (and red[1] when VL is 8) ends up        \
+     * holding the sums in order. */                                                               \
+    ATTR __attribute__((noinline)) static void lanesum_##SUF(V *red) {                             \
+        LANESUM(T, V, VI, VL);                                                                     \
+    }                                                                                              \
+    ATTR static void direct_rows_##SUF(const direct_job *j, const void *xpv, int64_t R,            \
+                                       int64_t n, int64_t g, int64_t a, int64_t b) {               \
+        const geom *q = &j->q;                                                                     \
+        const T *xp = xpv;                                                                         \
+        const int64_t Cg = q->Cg, KH = q->KH, KW = q->KW, OW = q->OW;                              \
+        const int64_t OHW = q->OH * OW, K = Cg * KH * KW, WP = j->pl.WP;                           \
+        const int64_t *tap = j->pl.tap;                                                            \
+        const int64_t plane = R * WP, rowstep = q->dy * WP;                                        \
+        const T *wg = (const T *)j->wpk + g * q->Og * K;                                           \
+        const T *bg = j->bias ? (const T *)j->bias + g * q->Og : NULL;                             \
+        T *og = (T *)j->out + (n * q->O + g * q->Og) * OHW;                                        \
+        const int64_t nv8 = tile_vectors(OW, VL, 2), nvs = tile_vectors(OW, VL, 4);                \
+        for (int64_t oy = a; oy < b; oy++) {                                                       \
+            const T *xrow = xp + (oy - a) * q->sy * WP;                                            \
+            for (int64_t o0 = 0; o0 < q->Og;) {                                                    \
+                const int64_t nb = block_of(q->Og - o0);                                           \
+                const T *wb = wg + o0 * K;                                                         \
+                T *orow = og + o0 * OHW + oy * OW;                                                 \
+                switch (nb * 8 + (nb == 8 ? nv8 : nvs)) {                                          \
+                case 65: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 8, 1); break;                    \
+                case 66: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 8, 2); break;                    \
+                case 33: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 4, 1); break;                    \
+                case 34: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 4, 2); break;                    \
+                case 36: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 4, 4); break;                    \
+                case 25: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 3, 1); break;                    \
+                case 26: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 3, 2); break;                    \
+                case 28: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 3, 4); break;                    \
+                case 17: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 2, 1); break;                    \
+                case 18: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 2, 2); break;                    \
+                case 20: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 2, 4); break;                    \
+                case 9: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 1, 1); break;                     \
+                case 10: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 1, 2); break;                    \
+                default: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 1, 4); break;                    \
+                }                                                                                  \
+                o0 += nb;                                                                          \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    ATTR static void wgrad_block_##SUF(const geom *q, const void *xpv, int64_t plane,              \
+                                       const padded *pl, const void *gpv, int64_t OWp,             \
+                                       int64_t ob, double *dst) {                                  \
+        const int64_t WP = pl->WP;                                                                 \
+        const T *xp = xpv, *gp = gpv;                                                              \
+        const int64_t KK = q->KH * q->KW, K = q->Cg * KK, GS = q->OH * OWp;                        \
+        for (int64_t k0 = 0; k0 < K; k0 += WT) {                                                   \
+            int64_t xoff[WT];                                                                      \
+            UNROLL for (int t = 0; t < WT; t++) {                                                  \
+                const int64_t k = k0 + t < K ? k0 + t : K - 1;                                     \
+                xoff[t] = (k / KK) * plane + ((k / q->KW) % q->KH) * q->dy * WP +                  \
+                          pl->tap[k % q->KW];                                                      \
+            }                                                                                      \
+            V acc[WO][WT];                                                                         \
+            UNROLL for (int i = 0; i < WO; i++)                                                    \
+                UNROLL for (int t = 0; t < WT; t++) acc[i][t] = (V){0};                            \
+            for (int64_t oy = 0; oy < q->OH; oy++) {                                               \
+                const T *xr = xp + oy * q->sy * WP, *gr = gp + oy * OWp;                           \
+                for (int64_t ox = 0; ox < OWp; ox += VL) {                                         \
+                    V gv[WO], xv[WT];                                                              \
+                    UNROLL for (int i = 0; i < WO; i++) LOADV(gv[i], gr + i * GS + ox);            \
+                    UNROLL for (int t = 0; t < WT; t++) LOADV(xv[t], xr + xoff[t] + ox);           \
+                    UNROLL for (int i = 0; i < WO; i++)                                            \
+                        UNROLL for (int t = 0; t < WT; t++) acc[i][t] += gv[i] * xv[t];            \
+                }                                                                                  \
+            }                                                                                      \
+            V red[WO * WT];                                                                        \
+            UNROLL for (int i = 0; i < WO; i++)                                                    \
+                UNROLL for (int t = 0; t < WT; t++) red[i * WT + t] = acc[i][t];                   \
+            lanesum_##SUF(red);                                                                    \
+            for (int64_t i = 0; i < ob; i++)                                                       \
+                for (int t = 0; t < WT && k0 + t < K; t++)                                         \
+                    dst[i * K + k0 + t] += (double)red[(i * WT + t) / VL][(i * WT + t) % VL];      \
+        }                                                                                          \
+    }                                                                                              \
+    CONV_FMA_END
 
 /* Vector loads (unaligned) and broadcasts: plain C for the portable and AVX2 builds; for
  * AVX-512 pinned to registers, so that each loaded vector and broadcast weight is read once
@@ -297,15 +402,15 @@ KERNELS(float, v16f, v16fu, v16i, 16, f32_gen, CONV_CLONES, LD_F32, BC_F32)
 KERNELS(double, v8d, v8du, v8l, 8, f64_gen, CONV_CLONES, LD_F64, BC_F64)
 
 #ifdef CONV_X86
-#define LD_F32_512(d, p)                                                                       \
-    do {                                                                                       \
-        (d) = *(const v16fu *)(p);                                                             \
-        __asm__("" : "+v"(d));                                                                 \
+#define LD_F32_512(d, p)                                                                           \
+    do {                                                                                           \
+        (d) = *(const v16fu *)(p);                                                                 \
+        __asm__("" : "+v"(d));                                                                     \
     } while (0)
-#define LD_F64_512(d, p)                                                                       \
-    do {                                                                                       \
-        (d) = *(const v8du *)(p);                                                              \
-        __asm__("" : "+v"(d));                                                                 \
+#define LD_F64_512(d, p)                                                                           \
+    do {                                                                                           \
+        (d) = *(const v8du *)(p);                                                                  \
+        __asm__("" : "+v"(d));                                                                     \
     } while (0)
 #define BC_F32_512(d, p) __asm__("vbroadcastss %1, %0" : "=v"(d) : "m"(*(p)))
 #define BC_F64_512(d, p) __asm__("vbroadcastsd %1, %0" : "=v"(d) : "m"(*(p)))
@@ -317,17 +422,15 @@ KERNELS(double, v8d, v8du, v8l, 8, f64_512, __attribute__((target("avx512f"))), 
 
 typedef void (*rows_fn)(const direct_job *j, const void *xp, int64_t R, int64_t n, int64_t g,
                         int64_t a, int64_t b);
-typedef void (*wgrad_fn)(const geom *q, const void *xp, int64_t plane, int64_t WP,
+typedef void (*wgrad_fn)(const geom *q, const void *xp, int64_t plane, const padded *pl,
                          const void *gp, int64_t OWp, int64_t ob, double *dst);
 
-static bool have_avx512(void) {
 #ifdef CONV_X86
+static bool have_avx512(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f");
-#else
-    return false;
-#endif
 }
+#endif
 
 static rows_fn rows_kernel(em_dtype dt) {
 #ifdef CONV_X86
@@ -353,7 +456,7 @@ static void direct_range(int64_t lo, int64_t hi, void *arg) {
     const geom *q = &j->q;
     const rows_fn rows = rows_kernel(j->elem == 4 ? EM_F32 : EM_F64);
     const int64_t span = (q->KH - 1) * q->dy + 1; /* padded rows one output row reads */
-    const int64_t row_bytes = q->Cg * j->WP * j->elem;
+    const int64_t row_bytes = q->Cg * j->pl.WP * j->elem;
     int64_t rb = (PAD_BUDGET / row_bytes - span) / q->sy + 1; /* output rows per block */
     if (rb < 1) rb = 1;
     if (rb > hi - lo) rb = hi - lo;
@@ -361,7 +464,7 @@ static void direct_range(int64_t lo, int64_t hi, void *arg) {
     const int64_t Rmax = (rb - 1) * q->sy + span;
     void *xp = cpu_scratch((size_t)(Rmax * row_bytes));
     if (!xp) {
-        j->status = EM_ERR_NOMEM;
+        atomic_store_explicit(&j->failed, true, memory_order_relaxed);
         return;
     }
     for (int64_t u = lo; u < hi;) {
@@ -372,9 +475,9 @@ static void direct_range(int64_t lo, int64_t hi, void *arg) {
         const int64_t R = (b - 1 - a) * q->sy + span;
         const size_t src_off = (size_t)((n * q->C + g * q->Cg) * q->H * q->W);
         if (j->elem == 4)
-            pad_rows_f32((const float *)j->x + src_off, xp, q, a * q->sy, R, j->WP);
+            pad_rows_f32((const float *)j->x + src_off, xp, q, a * q->sy, R, &j->pl);
         else
-            pad_rows_f64((const double *)j->x + src_off, xp, q, a * q->sy, R, j->WP);
+            pad_rows_f64((const double *)j->x + src_off, xp, q, a * q->sy, R, &j->pl);
         rows(j, xp, R, n, g, a, b);
         u += b - a;
     }
@@ -384,40 +487,40 @@ static void direct_range(int64_t lo, int64_t hi, void *arg) {
 /* Packs weights for the direct kernel. w_of(o, c, kh, kw) reads the forward-conv weight:
  * flip = 0: w is [O, Cg, KH, KW]; flip = 1: w is the transposed conv's [C_in, Og, KH, KW]
  * and the forward weight is w[g*Cg + c, o mod Og, KH-1-kh, KW-1-kw]. */
-#define PACK(T, SUF)                                                                           \
-    static void pack_##SUF(const T *w, T *wpk, const geom *q, int flip) {                     \
-        const int64_t KK = q->KH * q->KW, K = q->Cg * KK;                                      \
-        for (int64_t g = 0; g < q->G; g++)                                                     \
-            for (int64_t o0 = 0; o0 < q->Og;) {                                                \
-                const int64_t ob = block_of(q->Og - o0);                                       \
-                T *dst = wpk + (g * q->Og + o0) * K;                                           \
-                for (int64_t i = 0; i < ob; i++)                                               \
-                    for (int64_t c = 0; c < q->Cg; c++)                                        \
-                        for (int64_t kh = 0; kh < q->KH; kh++)                                 \
-                            for (int64_t kw = 0; kw < q->KW; kw++) {                           \
-                                const int64_t k = (c * q->KH + kh) * q->KW + kw;               \
-                                const int64_t o = o0 + i;                                      \
-                                T v;                                                           \
-                                if (!flip)                                                     \
-                                    v = w[(g * q->Og + o) * K + k];                            \
-                                else                                                           \
-                                    v = w[((g * q->Cg + c) * q->Og + o) * KK +                 \
-                                          (q->KH - 1 - kh) * q->KW + (q->KW - 1 - kw)];        \
-                                dst[k * ob + i] = v;                                           \
-                            }                                                                  \
-                o0 += ob;                                                                      \
-            }                                                                                  \
+#define PACK(T, SUF)                                                                               \
+    static void pack_##SUF(const T *w, T *wpk, const geom *q, int flip) {                          \
+        const int64_t KK = q->KH * q->KW, K = q->Cg * KK;                                          \
+        for (int64_t g = 0; g < q->G; g++)                                                         \
+            for (int64_t o0 = 0; o0 < q->Og;) {                                                    \
+                const int64_t ob = block_of(q->Og - o0);                                           \
+                T *dst = wpk + (g * q->Og + o0) * K;                                               \
+                for (int64_t i = 0; i < ob; i++)                                                   \
+                    for (int64_t c = 0; c < q->Cg; c++)                                            \
+                        for (int64_t kh = 0; kh < q->KH; kh++)                                     \
+                            for (int64_t kw = 0; kw < q->KW; kw++) {                               \
+                                const int64_t k = (c * q->KH + kh) * q->KW + kw;                   \
+                                const int64_t o = o0 + i;                                          \
+                                T v;                                                               \
+                                if (!flip)                                                         \
+                                    v = w[(g * q->Og + o) * K + k];                                \
+                                else                                                               \
+                                    v = w[((g * q->Cg + c) * q->Og + o) * KK +                     \
+                                          (q->KH - 1 - kh) * q->KW + (q->KW - 1 - kw)];            \
+                                dst[k * ob + i] = v;                                               \
+                            }                                                                      \
+                o0 += ob;                                                                          \
+            }                                                                                      \
     }
 PACK(float, f32)
 PACK(double, f64)
 
-/* Direct convolution for q (sx == 1); x, w, bias contiguous. */
+/* Direct convolution for q; x, w, bias contiguous. */
 static em_status conv_direct(const geom *q, em_dtype dt, const void *x, const void *w,
                              const void *bias, void *out, int flip) {
     const size_t elem = em_dtype_size(dt);
     const int64_t VL = dt == EM_F32 ? 16 : 8, PW = 4 * VL; /* the widest tile */
     direct_job j = {.q = *q, .x = x, .out = out, .bias = bias, .elem = (int64_t)elem};
-    j.WP = (q->OW > PW ? q->OW : PW) + (q->KW - 1) * q->dx;
+    j.pl = padded_layout(q, q->OW > PW ? q->OW : PW);
     void *wpk = cpu_scratch((size_t)(q->O * q->Cg * q->KH * q->KW) * elem);
     if (!wpk) return oom();
     if (dt == EM_F32) pack_f32(w, wpk, q, flip);
@@ -428,7 +531,7 @@ static em_status conv_direct(const geom *q, em_dtype dt, const void *x, const vo
     int64_t grain = (1 << 16) / (row_work > 0 ? row_work : 1);
     cpu_parallel_for(units, grain < 1 ? 1 : grain, direct_range, &j);
     cpu_scratch_free(wpk);
-    return j.status == EM_OK ? EM_OK : oom();
+    return atomic_load(&j.failed) ? oom() : EM_OK;
 }
 
 /* The direct weight gradient: units (batch slice s, group g, part p of the group's blocks of
@@ -439,20 +542,21 @@ typedef struct wgrad_job {
     const void *x, *gy;  /* contiguous */
     double *part;        /* [S][O*K] */
     int64_t S, P, nblk;  /* slices, parts per group, blocks per group */
-    int64_t HP, WP, OWp, elem;
-    em_status status;
+    int64_t HP, OWp, elem;
+    padded pl;
+    atomic_bool failed;
 } wgrad_job;
 
 static void wgrad_range(int64_t lo, int64_t hi, void *arg) {
     wgrad_job *j = arg;
     const geom *q = &j->q;
     const wgrad_fn kern = wgrad_kernel(j->elem == 4 ? EM_F32 : EM_F64);
-    const int64_t K = q->Cg * q->KH * q->KW, plane = j->HP * j->WP, GS = q->OH * j->OWp;
+    const int64_t K = q->Cg * q->KH * q->KW, plane = j->HP * j->pl.WP, GS = q->OH * j->OWp;
     const int64_t OHW = q->OH * q->OW;
     char *xp = cpu_scratch((size_t)(q->Cg * plane * j->elem));
     char *gp = cpu_scratch((size_t)(WO * GS * j->elem));
     if (!xp || !gp) {
-        j->status = EM_ERR_NOMEM;
+        atomic_store_explicit(&j->failed, true, memory_order_relaxed);
         if (xp) cpu_scratch_free(xp);
         if (gp) cpu_scratch_free(gp);
         return;
@@ -464,8 +568,12 @@ static void wgrad_range(int64_t lo, int64_t hi, void *arg) {
         const int64_t b0 = p * j->nblk / j->P, b1 = (p + 1) * j->nblk / j->P;
         for (int64_t n = n0; n < n1; n++) {
             const size_t xoff = (size_t)((n * q->C + g * q->Cg) * q->H * q->W);
-            if (j->elem == 4) pad_rows_f32((const float *)j->x + xoff, (float *)(void *)xp, q, 0, j->HP, j->WP);
-            else pad_rows_f64((const double *)j->x + xoff, (double *)(void *)xp, q, 0, j->HP, j->WP);
+            if (j->elem == 4)
+                pad_rows_f32((const float *)j->x + xoff, (float *)(void *)xp, q, 0, j->HP,
+                             &j->pl);
+            else
+                pad_rows_f64((const double *)j->x + xoff, (double *)(void *)xp, q, 0, j->HP,
+                             &j->pl);
             for (int64_t blk = b0; blk < b1; blk++) {
                 const int64_t o0 = blk * WO, ob = q->Og - o0 < WO ? q->Og - o0 : WO;
                 for (int64_t i = 0; i < WO; i++) {
@@ -480,7 +588,7 @@ static void wgrad_range(int64_t lo, int64_t hi, void *arg) {
                         memcpy(dp + (size_t)(oy * j->OWp * j->elem),
                                sp + (size_t)(oy * q->OW * j->elem), (size_t)(q->OW * j->elem));
                 }
-                kern(q, xp, plane, j->WP, gp, j->OWp, ob,
+                kern(q, xp, plane, &j->pl, gp, j->OWp, ob,
                      j->part + s * q->O * K + (g * q->Og + o0) * K);
             }
         }
@@ -496,7 +604,7 @@ static em_status wgrad_direct(const geom *q, em_dtype dt, const void *x, const v
     const int64_t nt = cpu_threads();
     wgrad_job j = {.q = *q, .x = x, .gy = gy, .elem = elem};
     j.OWp = (q->OW + VL - 1) / VL * VL;
-    j.WP = j.OWp + (q->KW - 1) * q->dx;
+    j.pl = padded_layout(q, j.OWp);
     j.HP = (q->OH - 1) * q->sy + (q->KH - 1) * q->dy + 1;
     j.nblk = (q->Og + WO - 1) / WO;
     j.S = q->N < 4 * nt ? q->N : 4 * nt;
@@ -508,7 +616,7 @@ static em_status wgrad_direct(const geom *q, em_dtype dt, const void *x, const v
     if (!j.part) return oom();
     memset(j.part, 0, (size_t)(j.S * OK) * sizeof(double));
     cpu_parallel_for(j.S * q->G * j.P, 1, wgrad_range, &j);
-    if (j.status == EM_OK) {
+    if (!atomic_load(&j.failed)) {
         for (int64_t s = 1; s < j.S; s++)
             for (int64_t i = 0; i < OK; i++) j.part[i] += j.part[s * OK + i];
         for (int64_t i = 0; i < OK; i++) {
@@ -517,7 +625,7 @@ static em_status wgrad_direct(const geom *q, em_dtype dt, const void *x, const v
         }
     }
     cpu_scratch_free(j.part);
-    return j.status == EM_OK ? EM_OK : oom();
+    return atomic_load(&j.failed) ? oom() : EM_OK;
 }
 
 /* ---- im2col + GEMM ---- */
@@ -562,12 +670,7 @@ static bool is_pointwise(const geom *q) {
 static void gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
                  int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
                  void *c, int64_t ldc) {
-    if (dt == EM_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0f, a,
-                    (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)ldc);
-    else
-        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0, a,
-                    (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
+    cpu_gemm(dt, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 static em_status conv_gemm(const geom *q, em_dtype dt, const void *x, const void *w,
@@ -590,10 +693,12 @@ static em_status conv_gemm(const geom *q, em_dtype dt, const void *x, const void
             if (bias) {
                 for (int64_t o = 0; o < q->Og; o++) {
                     if (dt == EM_F32) {
-                        float v = ((const float *)bias)[g * q->Og + o], *r = (float *)c + o * OHW;
+                        float v = ((const float *)bias)[g * q->Og + o];
+                        float *r = (float *)c + o * OHW;
                         for (int64_t i = 0; i < OHW; i++) r[i] = v;
                     } else {
-                        double v = ((const double *)bias)[g * q->Og + o], *r = (double *)c + o * OHW;
+                        double v = ((const double *)bias)[g * q->Og + o];
+                        double *r = (double *)c + o * OHW;
                         for (int64_t i = 0; i < OHW; i++) r[i] = v;
                     }
                 }
@@ -643,24 +748,25 @@ static void release(inputs *in) {
 
 static bool fast_dtype(em_dtype dt) { return dt == EM_F32 || dt == EM_F64; }
 
-/* Whether the direct kernel should run q (unit column stride): it wins while the reduction
- * per output (Cg*KH*KW) is small enough that BLAS's packing does not pay. */
-#include <stdlib.h> /* TUNING-TEMP */
-static bool use_direct(const geom *q) {
-    const char *f = getenv("CPUCONV_FORCE"); /* TUNING-TEMP */
-    if (f && *f == 'g') return false;          /* TUNING-TEMP */
-    if (f && *f == 'd' && q->sx == 1) return true; /* TUNING-TEMP */
-    if (q->sx != 1 || is_pointwise(q)) return false;
+/* Whether the direct kernels should run q: they beat im2col + GEMM while the reduction per
+ * output (K = Cg*KH*KW) is moderate (measured on AVX-512: direct ~120-160 GFLOP/s on one
+ * core up to K = 1152, OpenBLAS's Haswell sgemm ~70-85, its SkylakeX sgemm ~140-150 and
+ * ahead beyond); a GEMM with few output channels (Og < 8 rows) wastes its tiles. Pointwise
+ * convolutions are a plain GEMM. */
+static bool use_direct(const geom *q, em_dtype dt) {
+    if (q->KW > MAX_KW || is_pointwise(q)) return false;
+    /* narrow rows: tiles would mostly compute columns past OW */
+    const int64_t VL = dt == EM_F32 ? 16 : 8;
+    if (2 * q->OW < covered(q->OW, tile_vectors(q->OW, VL, 4) * VL)) return false;
     const int64_t K = q->Cg * q->KH * q->KW;
-    return K <= 256 || q->Og < 8;
+    return K <= 1536 || q->Og < 8;
 }
 
-static bool use_direct_wgrad(const geom *q) {
-    const char *f = getenv("CPUCONV_FORCE"); /* TUNING-TEMP */
-    if (f && *f == 'g') return false;          /* TUNING-TEMP */
-    if (f && *f == 'd' && q->sx == 1) return true; /* TUNING-TEMP */
-    if (q->sx != 1 || is_pointwise(q)) return false;
-    return q->Cg * q->KH * q->KW <= 256;
+static bool use_direct_wgrad(const geom *q, em_dtype dt) {
+    if (q->KW > MAX_KW || is_pointwise(q)) return false;
+    const int64_t VL = dt == EM_F32 ? 16 : 8;
+    if (2 * q->OW < (q->OW + VL - 1) / VL * VL) return false;
+    return q->Cg * q->KH * q->KW <= 1152;
 }
 
 em_status cpu_conv2d(void *ctx, const em_view *out, const em_view *x, const em_view *w,
@@ -674,8 +780,10 @@ em_status cpu_conv2d(void *ctx, const em_view *out, const em_view *x, const em_v
     if (s == EM_OK) {
         const void *px = cpu_ptr(&in.v[0]), *pw = cpu_ptr(&in.v[1]);
         const void *pb = bias ? cpu_ptr(&in.v[2]) : NULL;
-        if (use_direct(&q)) s = conv_direct(&q, out->dtype, px, pw, pb, cpu_ptr(out), 0);
-        else s = conv_gemm(&q, out->dtype, px, pw, pb, cpu_ptr(out));
+        if (use_direct(&q, out->dtype))
+            s = conv_direct(&q, out->dtype, px, pw, pb, cpu_ptr(out), 0);
+        else
+            s = conv_gemm(&q, out->dtype, px, pw, pb, cpu_ptr(out));
     }
     release(&in);
     return s;
@@ -692,7 +800,7 @@ em_status cpu_conv2d_weight_grad(void *ctx, const em_view *gw, const em_view *x,
     const int64_t K = q.Cg * q.KH * q.KW, OHW = q.OH * q.OW, GK = q.O * K;
     inputs in;
     em_status s = contig_inputs(&in, x, gy, NULL);
-    if (s == EM_OK && use_direct_wgrad(&q)) {
+    if (s == EM_OK && use_direct_wgrad(&q, dt)) {
         s = wgrad_direct(&q, dt, cpu_ptr(&in.v[0]), cpu_ptr(&in.v[1]), cpu_ptr(gw));
         release(&in);
         return s;
@@ -791,7 +899,7 @@ em_status cpu_conv_transpose2d(void *ctx, const em_view *out, const em_view *x,
         q.Og = q.O / q.G;
         q.py = (q.KH - 1) * q.dy - a->padding[0];
         q.px = (q.KW - 1) * q.dx - a->padding[1];
-        if (a->stride[0] == 1 && a->stride[1] == 1 && use_direct(&q))
+        if (a->stride[0] == 1 && a->stride[1] == 1 && use_direct(&q, out->dtype))
             s = conv_direct(&q, out->dtype, px, pw, pb, cpu_ptr(out), 1);
         else
             s = convt_gemm(out, x, px, pw, pb, w, a);

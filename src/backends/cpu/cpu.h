@@ -86,6 +86,11 @@ em_status cpu_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_vi
                      int dim, const double *params);
 em_status cpu_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log);
 /* matmul.c */
+#include <cblas.h>
+/** C = A B + beta C with CBLAS conventions (row-major), f32 or f64, split over the pool. */
+void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
+              int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
+              void *c, int64_t ldc);
 em_status cpu_matmul(void *ctx, const em_view *out, const em_view *a, const em_view *b);
 /* conv.c */
 em_status cpu_conv2d(void *ctx, const em_view *out, const em_view *x, const em_view *w,

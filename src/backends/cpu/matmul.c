@@ -1,7 +1,11 @@
-/* matmul.c — the cpu backend's matmul: f32 and f64 through OpenBLAS (CBLAS), f16 and bf16
- * through f32 copies; batches loop over the broadcast batch dims; integer matmul goes to the
- * ref kernel. A transposed operand (unit stride on its row dim) is passed to BLAS as
- * transposed rather than copied. */
+/* matmul.c — the cpu backend's GEMM and matmul: f32 and f64 through OpenBLAS (CBLAS), f16
+ * and bf16 through f32 copies; batches loop over the broadcast batch dims; integer matmul
+ * goes to the ref kernel. A transposed operand (unit stride on its row dim) is passed to BLAS
+ * as transposed rather than copied.
+ *
+ * Threads: OpenBLAS runs single-threaded (threads.c sets it so) and cpu_gemm splits a large
+ * product's rows over the backend's own pool. One pool for everything: OpenBLAS's worker
+ * threads, which spin for a while after each threaded call, never compete with ours. */
 #include <cblas.h>
 #include <string.h>
 
@@ -57,6 +61,60 @@ static em_status to_f32(const em_view *v, em_view *f, void **tmp) {
     return st;
 }
 
+typedef struct gemm_job {
+    em_dtype dt;
+    CBLAS_TRANSPOSE ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    const char *a, *b;
+    char *c;
+    double beta;
+    bool split_n; /* split the columns of C (when it has few rows) instead of its rows */
+} gemm_job;
+
+static void gemm_range(int64_t lo, int64_t hi, void *arg) {
+    const gemm_job *j = arg;
+    size_t sz = em_dtype_size(j->dt);
+    const char *a = j->a, *b = j->b;
+    char *c = j->c;
+    int64_t m = j->m, n = j->n;
+    if (j->split_n) { /* columns lo..hi: of B (row-major: column offset, or row if transposed) */
+        b += (j->tb == CblasNoTrans ? lo : lo * j->ldb) * (int64_t)sz;
+        c += lo * (int64_t)sz;
+        n = hi - lo;
+    } else { /* rows lo..hi: of A */
+        a += (j->ta == CblasNoTrans ? lo * j->lda : lo) * (int64_t)sz;
+        c += lo * j->ldc * (int64_t)sz;
+        m = hi - lo;
+    }
+    if (j->dt == EM_F32)
+        cblas_sgemm(CblasRowMajor, j->ta, j->tb, (blasint)m, (blasint)n, (blasint)j->k, 1.0f,
+                    (const float *)a, (blasint)j->lda, (const float *)b, (blasint)j->ldb,
+                    (float)j->beta, (float *)c, (blasint)j->ldc);
+    else
+        cblas_dgemm(CblasRowMajor, j->ta, j->tb, (blasint)m, (blasint)n, (blasint)j->k, 1.0,
+                    (const double *)a, (blasint)j->lda, (const double *)b, (blasint)j->ldb,
+                    j->beta, (double *)c, (blasint)j->ldc);
+}
+
+void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
+              int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
+              void *c, int64_t ldc) {
+    gemm_job j = {dt, ta, tb, m, n, k, lda, ldb, ldc, a, b, c, beta, false};
+    /* below about a million multiply-adds a thread's share is not worth the wake-up */
+    double work = (double)m * (double)n * (double)k;
+    int nt = cpu_threads();
+    if (nt == 1 || work < (1 << 20)) {
+        gemm_range(0, m, &j);
+        return;
+    }
+    /* rows in blocks of 16 (what BLAS kernels tile by); columns when rows are few */
+    j.split_n = m < 16 * nt && n >= 64 * nt;
+    int64_t total = j.split_n ? n : m, unit = j.split_n ? 64 : 16;
+    int64_t grain = (total + nt - 1) / nt;
+    grain = (grain + unit - 1) / unit * unit;
+    cpu_parallel_for(total, grain, gemm_range, &j);
+}
+
 static em_status matmul_blas(const em_view *out, const em_view *a, const em_view *b) {
     int r = out->rank;
     int64_t m = out->shape[r - 2], n = out->shape[r - 1], k = a->shape[r - 1];
@@ -84,14 +142,7 @@ static em_status matmul_blas(const em_view *out, const em_view *a, const em_view
             memset(po, 0, (size_t)(m * n) * sz);
             continue;
         }
-        if (out->dtype == EM_F32)
-            cblas_sgemm(CblasRowMajor, tra, trb, (blasint)m, (blasint)n, (blasint)k, 1.0f,
-                        (const float *)pa, (blasint)lda, (const float *)pb, (blasint)ldb, 0.0f,
-                        (float *)po, (blasint)n);
-        else
-            cblas_dgemm(CblasRowMajor, tra, trb, (blasint)m, (blasint)n, (blasint)k, 1.0,
-                        (const double *)pa, (blasint)lda, (const double *)pb, (blasint)ldb, 0.0,
-                        (double *)po, (blasint)n);
+        cpu_gemm(out->dtype, tra, trb, m, n, k, pa, lda, pb, ldb, 0.0, po, n);
     }
     if (ta) cpu_scratch_free(ta);
     if (tb) cpu_scratch_free(tb);

@@ -1,22 +1,517 @@
-/* STUB: delegates to ref until the real kernels land. */
+/* nn.c — the cpu backend's pooling (max with indices, average and its input gradient) and
+ * layer_norm for f32 and f64 on NCHW data.
+ *
+ * Pooling runs one output row at a time, tap by tap: for each (kernel row, kernel column) the
+ * loop over the row's outputs reads the input with the pooling stride (vectorized, strides 1
+ * and 2 specialized), so every output sees its window's taps in the ref kernel's order
+ * (row-major), which keeps the ref's tie, NaN and summation-order semantics. Threaded over
+ * the N*C planes; layer_norm over rows. Sums accumulate in double, as the ref kernels do.
+ * Other dtypes go to the ref kernels. */
+#include <math.h>
+#include <stdatomic.h>
+
 #include "cpu.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__) && !defined(CPU_NO_CLONES) /* CPU_NO_CLONES: one ISA */
+#define CPU_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+#else
+#define CPU_CLONES
+#endif
+
+#if defined(__GNUC__)
+#define CPU_INLINE inline __attribute__((always_inline))
+#else
+#define CPU_INLINE inline
+#endif
+
+#define NN_GRAIN (1 << 15) /* elements per task, about */
+#define NN_BLOCK 512       /* outputs per block of a row (double accumulators on the stack) */
+
+static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/** ceil(a / b) for b > 0 and any a. */
+static inline int64_t ceildiv(int64_t a, int64_t b) {
+    return a >= 0 ? (a + b - 1) / b : -((-a) / b);
+}
+/** floor(a / b) for b > 0 and any a. */
+static inline int64_t floordiv(int64_t a, int64_t b) {
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+/** The outputs [*lo, *hi) within [0, n) whose tap at input column ox*s + off lies in [0, W). */
+static inline void tap_range(int64_t off, int64_t s, int64_t W, int64_t n, int64_t *lo,
+                             int64_t *hi) {
+    *lo = imax(0, ceildiv(-off, s));
+    *hi = imin(n, floordiv(W - 1 - off, s) + 1);
+    if (*hi < *lo) *hi = *lo;
+}
+
+/** The tap ranges of the kernel columns kw (tap offset kw*d - p), computed once per plane
+ *  (they do not depend on the output row); kernels wider than NN_TAPS compute them as used. */
+#define NN_TAPS 32
+typedef struct tap_ranges {
+    int64_t lo[NN_TAPS], hi[NN_TAPS];
+    int64_t n, d, p, s, W, OW;
+} tap_ranges;
+
+static void taps_init(tap_ranges *t, int64_t KW, int64_t d, int64_t p, int64_t s, int64_t W,
+                      int64_t OW) {
+    *t = (tap_ranges){.n = imin(KW, NN_TAPS), .d = d, .p = p, .s = s, .W = W, .OW = OW};
+    for (int64_t kw = 0; kw < t->n; kw++) tap_range(kw * d - p, s, W, OW, &t->lo[kw], &t->hi[kw]);
+}
+
+static inline void taps_get(const tap_ranges *t, int64_t kw, int64_t *lo, int64_t *hi) {
+    if (kw < t->n) {
+        *lo = t->lo[kw];
+        *hi = t->hi[kw];
+    } else {
+        tap_range(kw * t->d - t->p, t->s, t->W, t->OW, lo, hi);
+    }
+}
+
+/** Smallest v >= a with v == a (mod d), v >= 0 — the first in-bounds dilated tap. */
+static inline int64_t first_tap(int64_t a, int64_t d) {
+    return a >= 0 ? a : a + ceildiv(-a, d) * d;
+}
+
+/* ---- max_pool2d ---- */
+
+/* b, bi: the running max and its index; v at index i: a NaN always wins, ties keep the first */
+#define MAXPOOL_STEP(T, b, bi, v_, i)                                                              \
+    do {                                                                                           \
+        const T v = (v_);                                                                          \
+        const int take = (v > (b)) | (v != v);                                                     \
+        (b) = take ? v : (b);                                                                      \
+        (bi) = take ? (i) : (bi);                                                                  \
+    } while (0)
+
+/* One tap over outputs [lo, hi): the NaN-wins, ties-keep-first update of the ref kernel. */
+#define MAXTAP_LOOPS(T, S)                                                                         \
+    static CPU_INLINE void maxtap_##S(T *restrict best, int64_t *restrict bi,                      \
+                                      const T *restrict row, int64_t lo, int64_t hi, int64_t s,    \
+                                      int64_t off, int64_t rowbase) {                              \
+        if (bi) {                                                                                  \
+            for (int64_t ox = lo; ox < hi; ox++) {                                                 \
+                T v = row[ox * s + off];                                                           \
+                int take = (v > best[ox]) | (v != v);                                              \
+                best[ox] = take ? v : best[ox];                                                    \
+                bi[ox] = take ? rowbase + ox * s + off : bi[ox];                                   \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t ox = lo; ox < hi; ox++) {                                                 \
+                T v = row[ox * s + off];                                                           \
+                best[ox] = ((v > best[ox]) | (v != v)) ? v : best[ox];                             \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    CPU_CLONES static void maxpool_plane_##S(T *restrict out, int64_t *restrict idx,               \
+                                             const T *restrict x, int64_t H, int64_t W,            \
+                                             int64_t OH, int64_t OW, const em_pool_args *a) {      \
+        const int64_t KH = a->kernel[0], KW = a->kernel[1], sy = a->stride[0],                     \
+                      sx = a->stride[1], py = a->padding[0], px = a->padding[1],                   \
+                      dy = a->dilation[0], dx = a->dilation[1];                                    \
+        tap_ranges tr;                                                                             \
+        taps_init(&tr, KW, dx, px, sx, W, OW);                                                     \
+        if (KH == 2 && KW == 2 && sy == 2 && sx == 2 && py == 0 && px == 0 && dy == 1 &&           \
+            dx == 1 && 2 * OH <= H && 2 * OW <= W) { /* 2x2 / 2, no clipping: fused taps */        \
+            for (int64_t oy = 0; oy < OH; oy++) {                                                  \
+                const T *restrict r0 = x + 2 * oy * W, *restrict r1 = r0 + W;                      \
+                T *restrict o = out + oy * OW;                                                     \
+                if (idx) {                                                                         \
+                    int64_t *restrict oi = idx + oy * OW;                                          \
+                    for (int64_t ox = 0; ox < OW; ox++) {                                          \
+                        const int64_t i0 = 2 * oy * W + 2 * ox;                                    \
+                        T b = -INFINITY;                                                           \
+                        int64_t bi = i0;                                                           \
+                        MAXPOOL_STEP(T, b, bi, r0[2 * ox], i0);                                    \
+                        MAXPOOL_STEP(T, b, bi, r0[2 * ox + 1], i0 + 1);                            \
+                        MAXPOOL_STEP(T, b, bi, r1[2 * ox], i0 + W);                                \
+                        MAXPOOL_STEP(T, b, bi, r1[2 * ox + 1], i0 + W + 1);                        \
+                        o[ox] = b;                                                                 \
+                        oi[ox] = bi;                                                               \
+                    }                                                                              \
+                } else {                                                                           \
+                    for (int64_t ox = 0; ox < OW; ox++) {                                          \
+                        T b = -INFINITY, v;                                                        \
+                        v = r0[2 * ox];                                                            \
+                        b = ((v > b) | (v != v)) ? v : b;                                          \
+                        v = r0[2 * ox + 1];                                                        \
+                        b = ((v > b) | (v != v)) ? v : b;                                          \
+                        v = r1[2 * ox];                                                            \
+                        b = ((v > b) | (v != v)) ? v : b;                                          \
+                        v = r1[2 * ox + 1];                                                        \
+                        b = ((v > b) | (v != v)) ? v : b;                                          \
+                        o[ox] = b;                                                                 \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t oy = 0; oy < OH; oy++) {                                                      \
+            T *restrict best = out + oy * OW;                                                      \
+            int64_t *restrict bi = idx ? idx + oy * OW : NULL;                                     \
+            const int64_t y0 = oy * sy - py;                                                       \
+            const int64_t y1 = imin(y0 + (KH - 1) * dy + 1, H), ys = first_tap(y0, dy);            \
+            for (int64_t ox = 0; ox < OW; ox++) best[ox] = -INFINITY;                              \
+            if (bi) { /* the first in-bounds tap; x0 < 0 only for the first outputs */             \
+                int64_t ox = 0;                                                                    \
+                for (; ox < OW && ox * sx - px < 0; ox++)                                          \
+                    bi[ox] = ys * W + first_tap(ox * sx - px, dx);                                 \
+                for (; ox < OW; ox++) bi[ox] = ys * W + ox * sx - px;                              \
+            }                                                                                      \
+            for (int64_t iy = ys; iy < y1; iy += dy) {                                             \
+                const T *restrict row = x + iy * W;                                                \
+                for (int64_t kw = 0; kw < KW; kw++) {                                              \
+                    const int64_t off = kw * dx - px;                                              \
+                    int64_t lo, hi;                                                                \
+                    taps_get(&tr, kw, &lo, &hi);                                                   \
+                    if (sx == 1)                                                                   \
+                        maxtap_##S(best, bi, row, lo, hi, 1, off, iy * W);                         \
+                    else if (sx == 2)                                                              \
+                        maxtap_##S(best, bi, row, lo, hi, 2, off, iy * W);                         \
+                    else                                                                           \
+                        maxtap_##S(best, bi, row, lo, hi, sx, off, iy * W);                        \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+MAXTAP_LOOPS(float, f32)
+MAXTAP_LOOPS(double, f64)
+
+typedef struct pool_job {
+    const em_pool_args *a;
+    em_dtype dt;
+    const void *x; /* input planes (gy for the backward) */
+    void *out;     /* output planes (gx for the backward) */
+    int64_t *idx;
+    int64_t H, W, OH, OW;
+    atomic_int nomem;
+} pool_job;
+
+static void maxpool_range(int64_t lo, int64_t hi, void *arg) {
+    pool_job *j = arg;
+    const int64_t in = j->H * j->W, on = j->OH * j->OW;
+    for (int64_t p = lo; p < hi; p++) {
+        int64_t *ip = j->idx ? j->idx + p * on : NULL;
+        if (j->dt == EM_F32)
+            maxpool_plane_f32((float *)j->out + p * on, ip, (const float *)j->x + p * in, j->H,
+                              j->W, j->OH, j->OW, j->a);
+        else
+            maxpool_plane_f64((double *)j->out + p * on, ip, (const double *)j->x + p * in,
+                              j->H, j->W, j->OH, j->OW, j->a);
+    }
+}
+
+/** Common checks of the pooling fast paths: f32/f64 4-d, contiguous outputs. */
+static bool pool_fast(const em_view *out, const em_view *x) {
+    return (x->dtype == EM_F32 || x->dtype == EM_F64) && out->dtype == x->dtype &&
+           x->rank == 4 && out->rank == 4 && cpu_contiguous(out);
+}
 
 em_status cpu_max_pool2d(void *ctx, const em_view *out, const em_view *indices,
                          const em_view *x, const em_pool_args *a) {
-    return cpu_ref()->max_pool2d(ctx, out, indices, x, a);
+    bool fast = pool_fast(out, x) && (!indices || (indices->dtype == EM_I64 &&
+                                                   cpu_contiguous(indices)));
+    if (!fast || cpu_numel(x) == 0) return cpu_ref()->max_pool2d(ctx, out, indices, x, a);
+    if (cpu_numel(out) == 0) return EM_OK;
+    em_view cv;
+    void *tmp;
+    em_status st = cpu_contig_input(x, &cv, &tmp);
+    if (st != EM_OK) return st;
+    pool_job j = {.a = a, .dt = x->dtype, .x = cpu_ptr(&cv), .out = cpu_ptr(out),
+                  .idx = indices ? (int64_t *)cpu_ptr(indices) : NULL, .H = x->shape[2],
+                  .W = x->shape[3], .OH = out->shape[2], .OW = out->shape[3]};
+    const int64_t planes = out->shape[0] * out->shape[1];
+    const int64_t grain = NN_GRAIN / imax(1, j.H * j.W);
+    cpu_parallel_for(planes, imax(1, grain), maxpool_range, &j);
+    if (tmp) cpu_scratch_free(tmp);
+    return EM_OK;
+}
+
+/* ---- avg_pool2d ---- */
+
+/** The ref kernel's window extent along one axis for output o: the padded count and the
+ *  clipped range [*c0, *c1). */
+static inline int64_t avg_extent(int64_t o, int64_t k, int64_t s, int64_t p, int64_t n,
+                                 int64_t *c0, int64_t *c1) {
+    const int64_t w0 = o * s - p, w1 = imin(w0 + k, n + p);
+    *c0 = imax(w0, 0);
+    *c1 = imin(w1, n);
+    return w1 - w0;
+}
+
+#define AVG_LOOPS(T, S)                                                                            \
+    /* acc[k] accumulates output base + k */                                                       \
+    static CPU_INLINE void sumtap_##S(double *restrict acc, int64_t base,                          \
+                                      const T *restrict row, int64_t lo, int64_t hi, int64_t s,    \
+                                      int64_t off) {                                               \
+        for (int64_t ox = lo; ox < hi; ox++) acc[ox - base] += (double)row[ox * s + off];          \
+    }                                                                                              \
+    CPU_CLONES static void avgpool_plane_##S(T *restrict out, const T *restrict x, int64_t H,      \
+                                             int64_t W, int64_t OH, int64_t OW,                    \
+                                             const em_pool_args *a) {                              \
+        const int64_t KH = a->kernel[0], KW = a->kernel[1], sy = a->stride[0],                     \
+                      sx = a->stride[1], py = a->padding[0], px = a->padding[1];                   \
+        tap_ranges tr;                                                                             \
+        taps_init(&tr, KW, 1, px, sx, W, OW);                                                      \
+        double acc[NN_BLOCK], cpad[NN_BLOCK], cclip[NN_BLOCK];                                     \
+        for (int64_t b0 = 0; b0 < OW; b0 += NN_BLOCK) {                                            \
+            const int64_t b1 = imin(b0 + NN_BLOCK, OW), nb = b1 - b0;                              \
+            for (int64_t k = 0; k < nb; k++) { /* the block's column extents */                    \
+                int64_t xc0, xc1;                                                                  \
+                cpad[k] = (double)avg_extent(b0 + k, KW, sx, px, W, &xc0, &xc1);                   \
+                cclip[k] = xc0 < xc1 ? (double)(xc1 - xc0) : 0.0;                                  \
+            }                                                                                      \
+            for (int64_t oy = 0; oy < OH; oy++) {                                                  \
+                int64_t yc0, yc1;                                                                  \
+                const double ph = (double)avg_extent(oy, KH, sy, py, H, &yc0, &yc1);               \
+                T *restrict o = out + oy * OW + b0;                                                \
+                if (yc0 >= yc1) {                                                                  \
+                    for (int64_t k = 0; k < nb; k++) o[k] = 0;                                     \
+                    continue;                                                                      \
+                }                                                                                  \
+                for (int64_t k = 0; k < nb; k++) acc[k] = 0;                                       \
+                for (int64_t iy = yc0; iy < yc1; iy++) {                                           \
+                    const T *restrict row = x + iy * W;                                            \
+                    for (int64_t kw = 0; kw < KW; kw++) {                                          \
+                        const int64_t off = kw - px;                                               \
+                        int64_t lo, hi;                                                            \
+                        taps_get(&tr, kw, &lo, &hi);                                               \
+                        lo = imax(lo, b0);                                                         \
+                        hi = imin(hi, b1);                                                         \
+                        if (sx == 1) sumtap_##S(acc, b0, row, lo, hi, 1, off);                     \
+                        else if (sx == 2) sumtap_##S(acc, b0, row, lo, hi, 2, off);                \
+                        else sumtap_##S(acc, b0, row, lo, hi, sx, off);                            \
+                    }                                                                              \
+                }                                                                                  \
+                /* the ref's divisor: the padded or the clipped window, as a double (divided       \
+                 * unconditionally, then selected, so that the loop vectorizes) */                 \
+                const double rows = (double)(yc1 - yc0);                                           \
+                if (a->count_include_pad)                                                          \
+                    for (int64_t k = 0; k < nb; k++) {                                             \
+                        const double d = ph * cpad[k], q = acc[k] / (d != 0 ? d : 1.0);            \
+                        o[k] = (T)(cclip[k] > 0 ? q : 0.0);                                        \
+                    }                                                                              \
+                else                                                                               \
+                    for (int64_t k = 0; k < nb; k++) {                                             \
+                        const double d = rows * cclip[k], q = acc[k] / (d != 0 ? d : 1.0);         \
+                        o[k] = (T)(cclip[k] > 0 ? q : 0.0);                                        \
+                    }                                                                              \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+AVG_LOOPS(float, f32)
+AVG_LOOPS(double, f64)
+
+static void avgpool_range(int64_t lo, int64_t hi, void *arg) {
+    pool_job *j = arg;
+    const int64_t in = j->H * j->W, on = j->OH * j->OW;
+    for (int64_t p = lo; p < hi; p++) {
+        if (j->dt == EM_F32)
+            avgpool_plane_f32((float *)j->out + p * on, (const float *)j->x + p * in, j->H, j->W,
+                              j->OH, j->OW, j->a);
+        else
+            avgpool_plane_f64((double *)j->out + p * on, (const double *)j->x + p * in, j->H,
+                              j->W, j->OH, j->OW, j->a);
+    }
 }
 
 em_status cpu_avg_pool2d(void *ctx, const em_view *out, const em_view *x,
                          const em_pool_args *a) {
-    return cpu_ref()->avg_pool2d(ctx, out, x, a);
+    if (!pool_fast(out, x) || cpu_numel(x) == 0) return cpu_ref()->avg_pool2d(ctx, out, x, a);
+    if (cpu_numel(out) == 0) return EM_OK;
+    em_view cv;
+    void *tmp;
+    em_status st = cpu_contig_input(x, &cv, &tmp);
+    if (st != EM_OK) return st;
+    pool_job j = {.a = a, .dt = x->dtype, .x = cpu_ptr(&cv), .out = cpu_ptr(out),
+                  .H = x->shape[2], .W = x->shape[3], .OH = out->shape[2], .OW = out->shape[3]};
+    const int64_t planes = out->shape[0] * out->shape[1];
+    const int64_t grain = NN_GRAIN / imax(1, j.H * j.W);
+    cpu_parallel_for(planes, imax(1, grain), avgpool_range, &j);
+    if (tmp) cpu_scratch_free(tmp);
+    return EM_OK;
+}
+
+/* ---- avg_pool2d_backward: each gy element, divided by its window's divisor, is added to
+ *      the window's inputs; kernel columns run backwards so every input receives its terms
+ *      in the ref kernel's (oy, ox) order ---- */
+
+static inline void addtap(double *restrict g, const double *restrict t, int64_t lo, int64_t hi,
+                          int64_t s, int64_t off) {
+    for (int64_t ox = lo; ox < hi; ox++) g[ox * s + off] += t[ox];
+}
+
+/* g: the plane's H*W double accumulators; t: OW doubles of scratch */
+#define AVGB_LOOPS(T, S)                                                                           \
+    CPU_CLONES static void avgpool_bwd_plane_##S(double *restrict g, double *restrict t,           \
+                                                 const T *restrict gy, int64_t H, int64_t W,       \
+                                                 int64_t OH, int64_t OW,                           \
+                                                 const em_pool_args *a) {                          \
+        const int64_t KH = a->kernel[0], KW = a->kernel[1], sy = a->stride[0],                     \
+                      sx = a->stride[1], py = a->padding[0], px = a->padding[1];                   \
+        tap_ranges tr;                                                                             \
+        taps_init(&tr, KW, 1, px, sx, W, OW);                                                      \
+        for (int64_t i = 0; i < H * W; i++) g[i] = 0;                                              \
+        for (int64_t oy = 0; oy < OH; oy++) {                                                      \
+            int64_t yc0, yc1;                                                                      \
+            const int64_t ph = avg_extent(oy, KH, sy, py, H, &yc0, &yc1);                          \
+            if (yc0 >= yc1) continue;                                                              \
+            for (int64_t ox = 0; ox < OW; ox++) {                                                  \
+                int64_t xc0, xc1;                                                                  \
+                const int64_t pw = avg_extent(ox, KW, sx, px, W, &xc0, &xc1);                      \
+                const int64_t cnt = a->count_include_pad ? ph * pw : (yc1 - yc0) * (xc1 - xc0);    \
+                t[ox] = xc0 < xc1 ? (double)gy[oy * OW + ox] / (double)cnt : 0.0;                  \
+            }                                                                                      \
+            for (int64_t iy = yc0; iy < yc1; iy++) {                                               \
+                double *restrict grow = g + iy * W;                                                \
+                for (int64_t kw = KW - 1; kw >= 0; kw--) {                                         \
+                    const int64_t off = kw - px;                                                   \
+                    int64_t lo, hi;                                                                \
+                    taps_get(&tr, kw, &lo, &hi);                                                   \
+                    if (sx == 1) addtap(grow, t, lo, hi, 1, off);                                  \
+                    else if (sx == 2) addtap(grow, t, lo, hi, 2, off);                             \
+                    else addtap(grow, t, lo, hi, sx, off);                                         \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+AVGB_LOOPS(float, f32)
+AVGB_LOOPS(double, f64)
+
+static void avgpool_bwd_range(int64_t lo, int64_t hi, void *arg) {
+    pool_job *j = arg;
+    const int64_t in = j->H * j->W, on = j->OH * j->OW;
+    const bool f32 = j->dt == EM_F32;
+    /* f64 accumulates straight into gx; f32 in a double plane, rounded at the end */
+    double *buf = cpu_scratch((size_t)((f32 ? in : 0) + j->OW) * sizeof(double));
+    if (!buf) {
+        atomic_store(&j->nomem, 1);
+        return;
+    }
+    double *t = buf, *g = buf + j->OW;
+    for (int64_t p = lo; p < hi; p++) {
+        if (f32) {
+            avgpool_bwd_plane_f32(g, t, (const float *)j->x + p * on, j->H, j->W, j->OH, j->OW,
+                                  j->a);
+            float *gx = (float *)j->out + p * in;
+            for (int64_t i = 0; i < in; i++) gx[i] = (float)g[i];
+        } else {
+            avgpool_bwd_plane_f64((double *)j->out + p * in, t, (const double *)j->x + p * on,
+                                  j->H, j->W, j->OH, j->OW, j->a);
+        }
+    }
+    cpu_scratch_free(buf);
 }
 
 em_status cpu_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy,
                                   const em_pool_args *a) {
-    return cpu_ref()->avg_pool2d_backward(ctx, gx, gy, a);
+    if (!pool_fast(gx, gy) || cpu_numel(gy) == 0)
+        return cpu_ref()->avg_pool2d_backward(ctx, gx, gy, a);
+    if (cpu_numel(gx) == 0) return EM_OK;
+    em_view cv;
+    void *tmp;
+    em_status st = cpu_contig_input(gy, &cv, &tmp);
+    if (st != EM_OK) return st;
+    pool_job j = {.a = a, .dt = gy->dtype, .x = cpu_ptr(&cv), .out = cpu_ptr(gx),
+                  .H = gx->shape[2], .W = gx->shape[3], .OH = gy->shape[2], .OW = gy->shape[3]};
+    atomic_init(&j.nomem, 0);
+    const int64_t planes = gx->shape[0] * gx->shape[1];
+    const int64_t grain = NN_GRAIN / imax(1, j.H * j.W);
+    cpu_parallel_for(planes, imax(1, grain), avgpool_bwd_range, &j);
+    if (tmp) cpu_scratch_free(tmp);
+    if (atomic_load(&j.nomem))
+        return em_backend_set_error(EM_ERR_NOMEM, "cpu: out of memory (avg_pool2d_backward)");
+    return EM_OK;
+}
+
+/* ---- layer_norm ---- */
+
+#define LN_LANES 32
+
+#define LN_LOOPS(T, S)                                                                             \
+    CPU_CLONES static void ln_row_##S(T *restrict o, const T *restrict x, const T *restrict w,     \
+                                      const T *restrict b, int64_t n, double eps) {                \
+        double a[LN_LANES] = {0}, s = 0;                                                           \
+        int64_t i = 0;                                                                             \
+        for (; i + LN_LANES <= n; i += LN_LANES)                                                   \
+            for (int k = 0; k < LN_LANES; k++) a[k] += (double)x[i + k];                           \
+        for (; i < n; i++) s += (double)x[i];                                                      \
+        for (int k = 0; k < LN_LANES; k++) s += a[k];                                              \
+        const double mean = s / (double)n;                                                         \
+        for (int k = 0; k < LN_LANES; k++) a[k] = 0;                                               \
+        s = 0;                                                                                     \
+        for (i = 0; i + LN_LANES <= n; i += LN_LANES)                                              \
+            for (int k = 0; k < LN_LANES; k++) {                                                   \
+                double d = (double)x[i + k] - mean;                                                \
+                a[k] += d * d;                                                                     \
+            }                                                                                      \
+        for (; i < n; i++) {                                                                       \
+            double d = (double)x[i] - mean;                                                        \
+            s += d * d;                                                                            \
+        }                                                                                          \
+        for (int k = 0; k < LN_LANES; k++) s += a[k];                                              \
+        const double inv = 1.0 / sqrt(s / (double)n + eps);                                        \
+        if (w && b)                                                                                \
+            for (i = 0; i < n; i++)                                                                \
+                o[i] = (T)((((double)x[i] - mean) * inv) * (double)w[i] + (double)b[i]);           \
+        else if (w)                                                                                \
+            for (i = 0; i < n; i++) o[i] = (T)((((double)x[i] - mean) * inv) * (double)w[i]);      \
+        else if (b)                                                                                \
+            for (i = 0; i < n; i++) o[i] = (T)(((double)x[i] - mean) * inv + (double)b[i]);        \
+        else                                                                                       \
+            for (i = 0; i < n; i++) o[i] = (T)(((double)x[i] - mean) * inv);                       \
+    }
+
+LN_LOOPS(float, f32)
+LN_LOOPS(double, f64)
+
+typedef struct ln_job {
+    em_dtype dt;
+    const void *x, *w, *b;
+    void *o;
+    int64_t n;
+    double eps;
+} ln_job;
+
+static void ln_range(int64_t lo, int64_t hi, void *arg) {
+    const ln_job *j = arg;
+    for (int64_t r = lo; r < hi; r++) {
+        if (j->dt == EM_F32)
+            ln_row_f32((float *)j->o + r * j->n, (const float *)j->x + r * j->n, j->w, j->b,
+                       j->n, j->eps);
+        else
+            ln_row_f64((double *)j->o + r * j->n, (const double *)j->x + r * j->n, j->w, j->b,
+                       j->n, j->eps);
+    }
+}
+
+/** weight / bias usable by the fast path: absent, or dt with stride 1 over n elements. */
+static bool ln_param_ok(const em_view *v, em_dtype dt, int64_t n) {
+    return !v || (v->dtype == dt && cpu_numel(v) == n && cpu_contiguous(v));
 }
 
 em_status cpu_layer_norm(void *ctx, const em_view *out, const em_view *x, const em_view *weight,
                          const em_view *bias, int64_t norm_numel, double eps) {
-    return cpu_ref()->layer_norm(ctx, out, x, weight, bias, norm_numel, eps);
+    const em_dtype dt = x->dtype;
+    bool fast = (dt == EM_F32 || dt == EM_F64) && out->dtype == dt && norm_numel > 0 &&
+                cpu_contiguous(out) && cpu_numel(out) == cpu_numel(x) &&
+                ln_param_ok(weight, dt, norm_numel) && ln_param_ok(bias, dt, norm_numel);
+    if (!fast) return cpu_ref()->layer_norm(ctx, out, x, weight, bias, norm_numel, eps);
+    const int64_t rows = cpu_numel(x) / norm_numel;
+    if (rows == 0) return EM_OK;
+    em_view cv;
+    void *tmp;
+    em_status st = cpu_contig_input(x, &cv, &tmp);
+    if (st != EM_OK) return st;
+    ln_job j = {dt, cpu_ptr(&cv), weight ? cpu_ptr(weight) : NULL, bias ? cpu_ptr(bias) : NULL,
+                cpu_ptr(out), norm_numel, eps};
+    cpu_parallel_for(rows, imax(1, NN_GRAIN / norm_numel), ln_range, &j);
+    if (tmp) cpu_scratch_free(tmp);
+    return EM_OK;
 }

@@ -14,8 +14,9 @@
 #include "cpu.h"
 #include "vmath.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__) && !defined(CPU_NO_CLONES) /* CPU_NO_CLONES: one ISA */
+#define CPU_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 #else
 #define CPU_CLONES
 #endif
@@ -25,162 +26,168 @@
 #define RED_LANES 32        /* accumulators of a row reduction */
 #define RED_PARTS 64        /* most chunks a long row is split in */
 
+#if defined(__GNUC__)
+#define CPU_INLINE inline __attribute__((always_inline))
+#else
+#define CPU_INLINE inline
+#endif
+
 /* NaN-propagating max / min step: a NaN replaces the accumulator and then stays. */
 #define MAXSTEP(m, v) ((((v) > (m)) | ((v) != (v))) ? (v) : (m))
 #define MINSTEP(m, v) ((((v) < (m)) | ((v) != (v))) ? (v) : (m))
 
 /* ---- primitives over contiguous data, stamped for float and double ---- */
 
-#define RED_PRIMS(T, S)                                                                        \
-    /* sum in double */                                                                        \
-    CPU_CLONES static double seg_sum_##S(const T *restrict x, int64_t n) {                     \
-        double a[RED_LANES] = {0};                                                             \
-        int64_t i = 0;                                                                         \
-        for (; i + RED_LANES <= n; i += RED_LANES)                                             \
-            for (int k = 0; k < RED_LANES; k++) a[k] += (double)x[i + k];                      \
-        double s = 0;                                                                          \
-        for (; i < n; i++) s += (double)x[i];                                                  \
-        for (int w = RED_LANES / 2; w > 0; w /= 2)                                             \
-            for (int k = 0; k < w; k++) a[k] += a[k + w];                                      \
-        return a[0] + s;                                                                       \
-    }                                                                                          \
-    /* sum of squared deviations from mean, in double */                                       \
-    CPU_CLONES static double seg_sqdev_##S(const T *restrict x, int64_t n, double mean) {      \
-        double a[RED_LANES] = {0};                                                             \
-        int64_t i = 0;                                                                         \
-        for (; i + RED_LANES <= n; i += RED_LANES)                                             \
-            for (int k = 0; k < RED_LANES; k++) {                                              \
-                double d = (double)x[i + k] - mean;                                            \
-                a[k] += d * d;                                                                 \
-            }                                                                                  \
-        double s = 0;                                                                          \
-        for (; i < n; i++) {                                                                   \
-            double d = (double)x[i] - mean;                                                    \
-            s += d * d;                                                                        \
-        }                                                                                      \
-        for (int w = RED_LANES / 2; w > 0; w /= 2)                                             \
-            for (int k = 0; k < w; k++) a[k] += a[k + w];                                      \
-        return a[0] + s;                                                                       \
-    }                                                                                          \
-    /* max / min, NaN if any element is NaN (n >= 1) */                                        \
-    CPU_CLONES static T seg_max_##S(const T *restrict x, int64_t n) {                          \
-        T a[RED_LANES];                                                                        \
-        for (int k = 0; k < RED_LANES; k++) a[k] = x[0];                                       \
-        int64_t i = 0;                                                                         \
-        for (; i + RED_LANES <= n; i += RED_LANES)                                             \
-            for (int k = 0; k < RED_LANES; k++) a[k] = MAXSTEP(a[k], x[i + k]);                \
-        for (; i < n; i++) a[0] = MAXSTEP(a[0], x[i]);                                         \
-        for (int k = 1; k < RED_LANES; k++) a[0] = MAXSTEP(a[0], a[k]);                        \
-        return a[0];                                                                           \
-    }                                                                                          \
-    CPU_CLONES static T seg_min_##S(const T *restrict x, int64_t n) {                          \
-        T a[RED_LANES];                                                                        \
-        for (int k = 0; k < RED_LANES; k++) a[k] = x[0];                                       \
-        int64_t i = 0;                                                                         \
-        for (; i + RED_LANES <= n; i += RED_LANES)                                             \
-            for (int k = 0; k < RED_LANES; k++) a[k] = MINSTEP(a[k], x[i + k]);                \
-        for (; i < n; i++) a[0] = MINSTEP(a[0], x[i]);                                         \
-        for (int k = 1; k < RED_LANES; k++) a[0] = MINSTEP(a[0], a[k]);                        \
-        return a[0];                                                                           \
-    }                                                                                          \
-    /* index of the first element equal to m (the first NaN when m is NaN), else n */          \
-    CPU_CLONES static int64_t seg_find_##S(const T *restrict x, int64_t n, T m) {              \
-        int64_t i = 0;                                                                         \
-        if (m != m) {                                                                          \
-            for (; i + RED_LANES <= n; i += RED_LANES) {                                       \
-                int hit = 0;                                                                   \
-                for (int k = 0; k < RED_LANES; k++) hit |= x[i + k] != x[i + k];              \
-                if (hit) break;                                                                \
-            }                                                                                  \
-            for (; i < n; i++)                                                                 \
-                if (x[i] != x[i]) return i;                                                    \
-        } else {                                                                               \
-            for (; i + RED_LANES <= n; i += RED_LANES) {                                       \
-                int hit = 0;                                                                   \
-                for (int k = 0; k < RED_LANES; k++) hit |= x[i + k] == m;                      \
-                if (hit) break;                                                                \
-            }                                                                                  \
-            for (; i < n; i++)                                                                 \
-                if (x[i] == m) return i;                                                       \
-        }                                                                                      \
-        return n;                                                                              \
-    }                                                                                          \
-    /* product in double, in order (as the ref kernel) */                                      \
-    static double seg_prod_##S(const T *restrict x, int64_t n) {                               \
-        double p = 1;                                                                          \
-        for (int64_t i = 0; i < n; i++) p *= (double)x[i];                                     \
-        return p;                                                                              \
-    }                                                                                          \
-    /* columns: b columns of len rows, row stride `inner` */                                   \
-    CPU_CLONES static void col_sum_##S(const T *restrict x, int64_t len, int64_t inner,        \
-                                       int64_t b, double *restrict acc) {                      \
-        for (int64_t j = 0; j < b; j++) acc[j] = 0;                                            \
-        for (int64_t r = 0; r < len; r++) {                                                    \
-            const T *restrict row = x + r * inner;                                             \
-            for (int64_t j = 0; j < b; j++) acc[j] += (double)row[j];                          \
-        }                                                                                      \
-    }                                                                                          \
-    CPU_CLONES static void col_sqdev_##S(const T *restrict x, int64_t len, int64_t inner,      \
-                                         int64_t b, const double *restrict mean,               \
-                                         double *restrict acc) {                               \
-        for (int64_t j = 0; j < b; j++) acc[j] = 0;                                            \
-        for (int64_t r = 0; r < len; r++) {                                                    \
-            const T *restrict row = x + r * inner;                                             \
-            for (int64_t j = 0; j < b; j++) {                                                  \
-                double d = (double)row[j] - mean[j];                                           \
-                acc[j] += d * d;                                                               \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    CPU_CLONES static void col_prod_##S(const T *restrict x, int64_t len, int64_t inner,       \
-                                        int64_t b, double *restrict acc) {                     \
-        for (int64_t j = 0; j < b; j++) acc[j] = 1;                                            \
-        for (int64_t r = 0; r < len; r++) {                                                    \
-            const T *restrict row = x + r * inner;                                             \
-            for (int64_t j = 0; j < b; j++) acc[j] *= (double)row[j];                          \
-        }                                                                                      \
-    }                                                                                          \
-    CPU_CLONES static void col_max_##S(const T *restrict x, int64_t len, int64_t inner,        \
-                                       int64_t b, T *restrict m) {                             \
-        for (int64_t j = 0; j < b; j++) m[j] = x[j];                                           \
-        for (int64_t r = 1; r < len; r++) {                                                    \
-            const T *restrict row = x + r * inner;                                             \
-            for (int64_t j = 0; j < b; j++) m[j] = MAXSTEP(m[j], row[j]);                      \
-        }                                                                                      \
-    }                                                                                          \
-    CPU_CLONES static void col_min_##S(const T *restrict x, int64_t len, int64_t inner,        \
-                                       int64_t b, T *restrict m) {                             \
-        for (int64_t j = 0; j < b; j++) m[j] = x[j];                                           \
-        for (int64_t r = 1; r < len; r++) {                                                    \
-            const T *restrict row = x + r * inner;                                             \
-            for (int64_t j = 0; j < b; j++) m[j] = MINSTEP(m[j], row[j]);                      \
-        }                                                                                      \
-    }                                                                                          \
-    /* first index of the max (min); the first NaN wins */                                     \
-    CPU_CLONES static void col_arg_##S(const T *restrict x, int64_t len, int64_t inner,        \
-                                       int64_t b, int is_max, T *restrict m,                   \
-                                       int64_t *restrict idx) {                                \
-        for (int64_t j = 0; j < b; j++) {                                                      \
-            m[j] = x[j];                                                                       \
-            idx[j] = 0;                                                                        \
-        }                                                                                      \
-        for (int64_t r = 1; r < len; r++) {                                                    \
-            const T *restrict row = x + r * inner;                                             \
-            if (is_max)                                                                        \
-                for (int64_t j = 0; j < b; j++) {                                              \
-                    T v = row[j];                                                              \
+#define RED_PRIMS(T, S)                                                                            \
+    /* sum in double */                                                                            \
+    CPU_CLONES static double seg_sum_##S(const T *restrict x, int64_t n) {                         \
+        double a[RED_LANES] = {0};                                                                 \
+        int64_t i = 0;                                                                             \
+        for (; i + RED_LANES <= n; i += RED_LANES)                                                 \
+            for (int k = 0; k < RED_LANES; k++) a[k] += (double)x[i + k];                          \
+        double s = 0;                                                                              \
+        for (; i < n; i++) s += (double)x[i];                                                      \
+        for (int w = RED_LANES / 2; w > 0; w /= 2)                                                 \
+            for (int k = 0; k < w; k++) a[k] += a[k + w];                                          \
+        return a[0] + s;                                                                           \
+    }                                                                                              \
+    /* sum of squared deviations from mean, in double */                                           \
+    CPU_CLONES static double seg_sqdev_##S(const T *restrict x, int64_t n, double mean) {          \
+        double a[RED_LANES] = {0};                                                                 \
+        int64_t i = 0;                                                                             \
+        for (; i + RED_LANES <= n; i += RED_LANES)                                                 \
+            for (int k = 0; k < RED_LANES; k++) {                                                  \
+                double d = (double)x[i + k] - mean;                                                \
+                a[k] += d * d;                                                                     \
+            }                                                                                      \
+        double s = 0;                                                                              \
+        for (; i < n; i++) {                                                                       \
+            double d = (double)x[i] - mean;                                                        \
+            s += d * d;                                                                            \
+        }                                                                                          \
+        for (int w = RED_LANES / 2; w > 0; w /= 2)                                                 \
+            for (int k = 0; k < w; k++) a[k] += a[k + w];                                          \
+        return a[0] + s;                                                                           \
+    }                                                                                              \
+    /* max / min, NaN if any element is NaN (n >= 1) */                                            \
+    CPU_CLONES static T seg_max_##S(const T *restrict x, int64_t n) {                              \
+        T a[RED_LANES];                                                                            \
+        for (int k = 0; k < RED_LANES; k++) a[k] = x[0];                                           \
+        int64_t i = 0;                                                                             \
+        for (; i + RED_LANES <= n; i += RED_LANES)                                                 \
+            for (int k = 0; k < RED_LANES; k++) a[k] = MAXSTEP(a[k], x[i + k]);                    \
+        for (; i < n; i++) a[0] = MAXSTEP(a[0], x[i]);                                             \
+        for (int k = 1; k < RED_LANES; k++) a[0] = MAXSTEP(a[0], a[k]);                            \
+        return a[0];                                                                               \
+    }                                                                                              \
+    CPU_CLONES static T seg_min_##S(const T *restrict x, int64_t n) {                              \
+        T a[RED_LANES];                                                                            \
+        for (int k = 0; k < RED_LANES; k++) a[k] = x[0];                                           \
+        int64_t i = 0;                                                                             \
+        for (; i + RED_LANES <= n; i += RED_LANES)                                                 \
+            for (int k = 0; k < RED_LANES; k++) a[k] = MINSTEP(a[k], x[i + k]);                    \
+        for (; i < n; i++) a[0] = MINSTEP(a[0], x[i]);                                             \
+        for (int k = 1; k < RED_LANES; k++) a[0] = MINSTEP(a[0], a[k]);                            \
+        return a[0];                                                                               \
+    }                                                                                              \
+    /* index of the first element equal to m (the first NaN when m is NaN), else n */              \
+    CPU_CLONES static int64_t seg_find_##S(const T *restrict x, int64_t n, T m) {                  \
+        int64_t i = 0;                                                                             \
+        if (m != m) {                                                                              \
+            for (; i + RED_LANES <= n; i += RED_LANES) {                                           \
+                int hit = 0;                                                                       \
+                for (int k = 0; k < RED_LANES; k++) hit |= x[i + k] != x[i + k];                   \
+                if (hit) break;                                                                    \
+            }                                                                                      \
+            for (; i < n; i++)                                                                     \
+                if (x[i] != x[i]) return i;                                                        \
+        } else {                                                                                   \
+            for (; i + RED_LANES <= n; i += RED_LANES) {                                           \
+                int hit = 0;                                                                       \
+                for (int k = 0; k < RED_LANES; k++) hit |= x[i + k] == m;                          \
+                if (hit) break;                                                                    \
+            }                                                                                      \
+            for (; i < n; i++)                                                                     \
+                if (x[i] == m) return i;                                                           \
+        }                                                                                          \
+        return n;                                                                                  \
+    }                                                                                              \
+    /* product in double, in order (as the ref kernel) */                                          \
+    static double seg_prod_##S(const T *restrict x, int64_t n) {                                   \
+        double p = 1;                                                                              \
+        for (int64_t i = 0; i < n; i++) p *= (double)x[i];                                         \
+        return p;                                                                                  \
+    }                                                                                              \
+    /* columns: b columns of len rows, row stride `inner` */                                       \
+    CPU_CLONES static void col_sum_##S(const T *restrict x, int64_t len, int64_t inner,            \
+                                       int64_t b, double *restrict acc) {                          \
+        for (int64_t j = 0; j < b; j++) acc[j] = 0;                                                \
+        for (int64_t r = 0; r < len; r++) {                                                        \
+            const T *restrict row = x + r * inner;                                                 \
+            for (int64_t j = 0; j < b; j++) acc[j] += (double)row[j];                              \
+        }                                                                                          \
+    }                                                                                              \
+    CPU_CLONES static void col_sqdev_##S(const T *restrict x, int64_t len, int64_t inner,          \
+                                         int64_t b, const double *restrict mean,                   \
+                                         double *restrict acc) {                                   \
+        for (int64_t j = 0; j < b; j++) acc[j] = 0;                                                \
+        for (int64_t r = 0; r < len; r++) {                                                        \
+            const T *restrict row = x + r * inner;                                                 \
+            for (int64_t j = 0; j < b; j++) {                                                      \
+                double d = (double)row[j] - mean[j];                                               \
+                acc[j] += d * d;                                                                   \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    CPU_CLONES static void col_prod_##S(const T *restrict x, int64_t len, int64_t inner,           \
+                                        int64_t b, double *restrict acc) {                         \
+        for (int64_t j = 0; j < b; j++) acc[j] = 1;                                                \
+        for (int64_t r = 0; r < len; r++) {                                                        \
+            const T *restrict row = x + r * inner;                                                 \
+            for (int64_t j = 0; j < b; j++) acc[j] *= (double)row[j];                              \
+        }                                                                                          \
+    }                                                                                              \
+    CPU_CLONES static void col_max_##S(const T *restrict x, int64_t len, int64_t inner,            \
+                                       int64_t b, T *restrict m) {                                 \
+        for (int64_t j = 0; j < b; j++) m[j] = x[j];                                               \
+        for (int64_t r = 1; r < len; r++) {                                                        \
+            const T *restrict row = x + r * inner;                                                 \
+            for (int64_t j = 0; j < b; j++) m[j] = MAXSTEP(m[j], row[j]);                          \
+        }                                                                                          \
+    }                                                                                              \
+    CPU_CLONES static void col_min_##S(const T *restrict x, int64_t len, int64_t inner,            \
+                                       int64_t b, T *restrict m) {                                 \
+        for (int64_t j = 0; j < b; j++) m[j] = x[j];                                               \
+        for (int64_t r = 1; r < len; r++) {                                                        \
+            const T *restrict row = x + r * inner;                                                 \
+            for (int64_t j = 0; j < b; j++) m[j] = MINSTEP(m[j], row[j]);                          \
+        }                                                                                          \
+    }                                                                                              \
+    /* first index of the max (min); the first NaN wins */                                         \
+    CPU_CLONES static void col_arg_##S(const T *restrict x, int64_t len, int64_t inner,            \
+                                       int64_t b, int is_max, T *restrict m,                       \
+                                       int64_t *restrict idx) {                                    \
+        for (int64_t j = 0; j < b; j++) {                                                          \
+            m[j] = x[j];                                                                           \
+            idx[j] = 0;                                                                            \
+        }                                                                                          \
+        for (int64_t r = 1; r < len; r++) {                                                        \
+            const T *restrict row = x + r * inner;                                                 \
+            if (is_max)                                                                            \
+                for (int64_t j = 0; j < b; j++) {                                                  \
+                    T v = row[j];                                                                  \
                     int take = (v > m[j]) | ((v != v) & (m[j] == m[j]));                           \
-                    m[j] = take ? v : m[j];                                                    \
-                    idx[j] = take ? r : idx[j];                                                \
-                }                                                                              \
-            else                                                                               \
-                for (int64_t j = 0; j < b; j++) {                                              \
-                    T v = row[j];                                                              \
+                    m[j] = take ? v : m[j];                                                        \
+                    idx[j] = take ? r : idx[j];                                                    \
+                }                                                                                  \
+            else                                                                                   \
+                for (int64_t j = 0; j < b; j++) {                                                  \
+                    T v = row[j];                                                                  \
                     int take = (v < m[j]) | ((v != v) & (m[j] == m[j]));                           \
-                    m[j] = take ? v : m[j];                                                    \
-                    idx[j] = take ? r : idx[j];                                                \
-                }                                                                              \
-        }                                                                                      \
+                    m[j] = take ? v : m[j];                                                        \
+                    idx[j] = take ? r : idx[j];                                                    \
+                }                                                                                  \
+        }                                                                                          \
     }
 
 RED_PRIMS(float, f32)
@@ -212,14 +219,38 @@ static double seg_sumexp_f64(const double *restrict x, int64_t n, double m) {
     return (a[0] + a[2]) + (a[1] + a[3]);
 }
 
-CPU_CLONES static void col_sumexp_f32(const float *restrict x, int64_t len, int64_t inner,
-                                      int64_t b, const float *restrict m,
-                                      double *restrict acc) {
+/* cpu_expf keeping a NaN argument away from its float -> int conversion (guard), for blocks
+ * where a column's max is not finite (x - m can then be NaN) */
+static CPU_INLINE float expf_g(float d, bool guard) {
+    if (!guard) return cpu_expf(d);
+    float r = cpu_expf(d == d ? d : 0.0f);
+    return d == d ? r : d;
+}
+
+static CPU_INLINE void col_sumexp_body(const float *restrict x, int64_t len, int64_t inner,
+                                       int64_t b, const float *restrict m,
+                                       double *restrict acc, bool guard) {
     for (int64_t j = 0; j < b; j++) acc[j] = 0;
     for (int64_t r = 0; r < len; r++) {
         const float *restrict row = x + r * inner;
-        for (int64_t j = 0; j < b; j++) acc[j] += (double)cpu_expf(row[j] - m[j]);
+        for (int64_t j = 0; j < b; j++) acc[j] += (double)expf_g(row[j] - m[j], guard);
     }
+}
+
+/** true when every m[0, b) is finite */
+static bool all_finite_f32(const float *m, int64_t b) {
+    int ok = 1;
+    for (int64_t j = 0; j < b; j++) ok &= isfinite(m[j]) != 0;
+    return ok;
+}
+
+CPU_CLONES static void col_sumexp_f32(const float *restrict x, int64_t len, int64_t inner,
+                                      int64_t b, const float *restrict m,
+                                      double *restrict acc) {
+    if (all_finite_f32(m, b))
+        col_sumexp_body(x, len, inner, b, m, acc, false);
+    else
+        col_sumexp_body(x, len, inner, b, m, acc, true);
 }
 
 static void col_sumexp_f64(const double *restrict x, int64_t len, int64_t inner, int64_t b,
@@ -484,8 +515,10 @@ static void cols_range(int64_t lo, int64_t hi, void *arg) {
             break;
         case EM_RED_ARGMAX:
         case EM_RED_ARGMIN:
-            if (f32) col_arg_f32(x, len, inner, b, j->op == EM_RED_ARGMAX, m.f, (int64_t *)j->out + oi);
-            else col_arg_f64(x, len, inner, b, j->op == EM_RED_ARGMAX, m.d, (int64_t *)j->out + oi);
+            if (f32)
+                col_arg_f32(x, len, inner, b, j->op == EM_RED_ARGMAX, m.f, (int64_t *)j->out + oi);
+            else
+                col_arg_f64(x, len, inner, b, j->op == EM_RED_ARGMAX, m.d, (int64_t *)j->out + oi);
             break;
         case EM_RED_LOGSUMEXP:
             if (f32) {
@@ -554,6 +587,10 @@ em_status cpu_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_vi
 CPU_CLONES static void softmax_row_f32(float *restrict o, const float *restrict x, int64_t n,
                                        bool log_) {
     const float m = seg_max_f32(x, n);
+    if (!isfinite(m)) { /* a NaN, or an infinite max: x - m or the sum is NaN, as in ref */
+        for (int64_t i = 0; i < n; i++) o[i] = NAN;
+        return;
+    }
     if (log_) {
         const float ls = (float)log(seg_sumexp_f32(x, n, m));
         for (int64_t i = 0; i < n; i++) o[i] = (x[i] - m) - ls;
@@ -577,10 +614,25 @@ static void softmax_row_f64(double *restrict o, const double *restrict x, int64_
     for (int64_t i = 0; i < n; i++) o[i] /= s;
 }
 
+static CPU_INLINE void softmax_exp_body(float *restrict o, const float *restrict x, int64_t len,
+                                        int64_t inner, int64_t b, const float *restrict m,
+                                        double *restrict s, bool guard) {
+    for (int64_t j = 0; j < b; j++) s[j] = 0;
+    for (int64_t r = 0; r < len; r++) {
+        float *restrict orow = o + r * inner;
+        const float *restrict xrow = x + r * inner;
+        for (int64_t j = 0; j < b; j++) {
+            float e = expf_g(xrow[j] - m[j], guard);
+            orow[j] = e;
+            s[j] += (double)e;
+        }
+    }
+}
+
 /* a block of b columns over len rows (row stride inner) */
 CPU_CLONES static void softmax_cols_f32(float *restrict o, const float *restrict x, int64_t len,
                                         int64_t inner, int64_t b, bool log_) {
-    float m[RED_BLOCK], f[RED_BLOCK];
+    float m[RED_BLOCK] = {0}, f[RED_BLOCK];
     double s[RED_BLOCK];
     col_max_f32(x, len, inner, b, m);
     if (log_) {
@@ -591,16 +643,10 @@ CPU_CLONES static void softmax_cols_f32(float *restrict o, const float *restrict
                 o[r * inner + j] = (x[r * inner + j] - m[j]) - f[j];
         return;
     }
-    for (int64_t j = 0; j < b; j++) s[j] = 0;
-    for (int64_t r = 0; r < len; r++) {
-        float *restrict orow = o + r * inner;
-        const float *restrict xrow = x + r * inner;
-        for (int64_t j = 0; j < b; j++) {
-            float e = cpu_expf(xrow[j] - m[j]);
-            orow[j] = e;
-            s[j] += (double)e;
-        }
-    }
+    if (all_finite_f32(m, b))
+        softmax_exp_body(o, x, len, inner, b, m, s, false);
+    else
+        softmax_exp_body(o, x, len, inner, b, m, s, true);
     for (int64_t j = 0; j < b; j++) f[j] = (float)(1.0 / s[j]);
     for (int64_t r = 0; r < len; r++)
         for (int64_t j = 0; j < b; j++) o[r * inner + j] *= f[j];
@@ -608,7 +654,7 @@ CPU_CLONES static void softmax_cols_f32(float *restrict o, const float *restrict
 
 static void softmax_cols_f64(double *restrict o, const double *restrict x, int64_t len,
                              int64_t inner, int64_t b, bool log_) {
-    double m[RED_BLOCK], s[RED_BLOCK];
+    double m[RED_BLOCK] = {0}, s[RED_BLOCK];
     col_max_f64(x, len, inner, b, m);
     if (log_) {
         col_sumexp_f64(x, len, inner, b, m, s);

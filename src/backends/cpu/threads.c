@@ -2,8 +2,9 @@
  *
  * One job runs at a time; a caller that finds the pool busy (another thread of the program
  * is using it) runs its range alone, so concurrent callers never wait on each other. The
- * pool's size is EMBER_NUM_THREADS or the machine's online cores, and OpenBLAS is told the
- * same number: the two never run at once (a GEMM call returns before the next kernel). */
+ * pool's size is EMBER_NUM_THREADS or the machine's online cores. OpenBLAS is set to one
+ * thread: large GEMMs are split over this pool instead (cpu_gemm), so that the program never
+ * has two sets of busy threads on the same cores. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -80,7 +81,7 @@ static void pool_init(void) {
         pool.nthreads++;
     }
 #ifdef EMBER_HAVE_OPENBLAS
-    openblas_set_num_threads(pool.nthreads);
+    openblas_set_num_threads(1);
 #endif
 }
 

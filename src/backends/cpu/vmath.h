@@ -14,6 +14,7 @@
 static inline float cpu_expf(float x) {
     float xc = x < -87.33654f ? -87.33654f : x;
     xc = xc > 88.37626f ? 88.37626f : xc;
+    xc = x != x ? 0.0f : xc; /* NaN: computed on 0, answered below */
     float n = rintf(xc * 1.44269504088896341f);
     float r = fmaf(n, -0.693359375f, xc);
     r = fmaf(n, 2.12194440e-4f, r);
@@ -24,7 +25,7 @@ static inline float cpu_expf(float x) {
     p = fmaf(p, r, 1.6666665459e-1f);
     p = fmaf(p, r, 5.0000001201e-1f);
     p = fmaf(p * r, r, r) + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
+    uint32_t e = (uint32_t)((int32_t)n + 127) << 23; /* n + 127 is in 1..254 */
     float scale;
     memcpy(&scale, &e, sizeof scale);
     float y = p * scale;

@@ -1,0 +1,21 @@
+/* bench.h — what the subcommands of ember-bench share. */
+#ifndef EMBER_BENCH_H
+#define EMBER_BENCH_H
+
+#include <stdint.h>
+
+/** Monotonic clock, in ns. */
+double bench_now_ns(void);
+/** The median of n values (sorts them). */
+double bench_median(double *v, int n);
+
+/* loops.c: hand-written baselines, compiled -O3 -march=native */
+void bench_loop_add(float *restrict z, const float *restrict x, const float *restrict y,
+                    int64_t n);
+void bench_loop_fma_relu(float *restrict z, const float *restrict a, const float *restrict b,
+                         const float *restrict c, int64_t n);
+
+/* the subcommands */
+int bench_cpu(int argc, char **argv);
+
+#endif
