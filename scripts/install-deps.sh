@@ -5,11 +5,19 @@
 #   cmake, ninja-build, gcc, pkg-config   the build
 #   clang, libclang-rt-dev                 the libFuzzer target (libFuzzer's runtime is in
 #                                          libclang-rt-dev, which clang only recommends)
+#   libopenblas-dev                        the cpu backend's GEMM
 #   libcmocka-dev                          the unit tests
 #   python3-numpy                          generating the conformance table's golden data
+#
+# With --bench it also installs what bench/ compares against: python3-torch (PyTorch) and
+# libtorch-dev (its C++ API, for at::add). Large; the tests do not need them.
 set -euo pipefail
 
-packages=(cmake ninja-build gcc clang libclang-rt-dev pkg-config libcmocka-dev python3-numpy)
+packages=(cmake ninja-build gcc g++ clang libclang-rt-dev pkg-config libopenblas-dev libcmocka-dev
+          python3-numpy)
+if [ "${1:-}" = "--bench" ]; then
+    packages+=(python3-torch libtorch-dev)
+fi
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
     echo "install-deps: this script needs Debian or Ubuntu (apt-get, dpkg-query)." >&2

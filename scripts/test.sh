@@ -30,6 +30,17 @@ if ! cmp -s "$tmp/golden.txt" tests/conformance/golden.txt; then
     exit 1
 fi
 echo "golden.txt matches tests/conformance/cases/"
+# The autodiff golden gradients come from PyTorch: checked when it is installed (it is not
+# needed to run the tests: scripts/install-deps.sh --bench installs it).
+if /usr/bin/python3 -c "import torch" >/dev/null 2>&1; then
+    /usr/bin/python3 tests/autodiff/gen_grads.py --out "$tmp/golden_grads.txt"
+    if ! cmp -s "$tmp/golden_grads.txt" tests/autodiff/golden_grads.txt; then
+        echo "tests/autodiff/golden_grads.txt is stale; regenerate it with"
+        echo "  /usr/bin/python3 tests/autodiff/gen_grads.py"
+        exit 1
+    fi
+    echo "golden_grads.txt matches tests/autodiff/gen_grads.py"
+fi
 
 step "gcc, -Werror: build and ctest"
 cmake -S . -B build/werror -G Ninja -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo \

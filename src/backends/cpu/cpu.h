@@ -19,6 +19,17 @@
 
 #include "ember/backend.h"
 
+/* ---- instruction sets ----
+ * A hot loop marked CPU_CLONES is compiled three times, for AVX-512, for x86-64-v3 (AVX2 with
+ * FMA: cpu_expf needs fmaf inline) and portably; the loader picks the best at run time.
+ * Sanitizer builds and clang get one portable version; CPU_NO_CLONES forces that too. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__) && !defined(CPU_NO_CLONES)
+#define CPU_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+#else
+#define CPU_CLONES
+#endif
+
 /* ---- thread pool (threads.c) ---- */
 
 /** fn(lo, hi, arg) over [0, n) split in at most cpu_threads() chunks of at least `grain`. */

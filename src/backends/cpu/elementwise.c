@@ -9,12 +9,6 @@
 #include "cpu.h"
 #include "vmath.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CPU_CLONES
-#endif
-
 #define CPU_GRAIN (1 << 15)
 
 /* ---- unary ---- */

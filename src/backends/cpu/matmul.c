@@ -149,6 +149,70 @@ static em_status matmul_blas(const em_view *out, const em_view *a, const em_view
     return s;
 }
 
+/* ---- integer matmul: i-k-j loops accumulating in int64 (wrapping on store, as ref), rows
+ *      of each batch item split over the pool ---- */
+
+typedef struct imm_job {
+    const em_view *out;
+    em_view a, b; /* contiguous */
+    int64_t m, n, k, batch;
+} imm_job;
+
+static int64_t ld_int(const void *p, em_dtype dt, int64_t i) {
+    switch (dt) {
+    case EM_I64: return ((const int64_t *)p)[i];
+    case EM_I32: return ((const int32_t *)p)[i];
+    case EM_I16: return ((const int16_t *)p)[i];
+    case EM_I8: return ((const int8_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];
+    }
+}
+
+static void st_int(void *p, em_dtype dt, int64_t i, int64_t v) {
+    switch (dt) {
+    case EM_I64: ((int64_t *)p)[i] = v; break;
+    case EM_I32: ((int32_t *)p)[i] = (int32_t)(uint32_t)(uint64_t)v; break;
+    case EM_I16: ((int16_t *)p)[i] = (int16_t)(uint16_t)(uint64_t)v; break;
+    case EM_I8: ((int8_t *)p)[i] = (int8_t)(uint8_t)(uint64_t)v; break;
+    default: ((uint8_t *)p)[i] = (uint8_t)(uint64_t)v; break;
+    }
+}
+
+static void imm_rows(int64_t lo, int64_t hi, void *arg) {
+    const imm_job *j = arg;
+    em_dtype dt = j->out->dtype;
+    int64_t *acc = cpu_scratch((size_t)j->n * sizeof(int64_t));
+    if (!acc) return; /* cannot happen for sane n; the rows stay unwritten */
+    for (int64_t row = lo; row < hi; row++) {
+        int64_t bi = row / j->m, i = row % j->m, oa, ob;
+        batch_offsets(j->out, &j->a, &j->b, bi, &oa, &ob);
+        for (int64_t c = 0; c < j->n; c++) acc[c] = 0;
+        for (int64_t p = 0; p < j->k; p++) {
+            /* products wrap like the ref kernel's int64 arithmetic */
+            uint64_t av = (uint64_t)ld_int(j->a.buf, dt, oa + i * j->a.strides[j->a.rank - 2] +
+                                                            p * j->a.strides[j->a.rank - 1]);
+            int64_t brow = ob + p * j->b.strides[j->b.rank - 2];
+            for (int64_t c = 0; c < j->n; c++)
+                acc[c] = (int64_t)((uint64_t)acc[c] +
+                                   av * (uint64_t)ld_int(j->b.buf, dt,
+                                                         brow + c * j->b.strides[j->b.rank - 1]));
+        }
+        int64_t o = j->out->offset + row * j->n;
+        for (int64_t c = 0; c < j->n; c++) st_int(j->out->buf, dt, o + c, acc[c]);
+    }
+    cpu_scratch_free(acc);
+}
+
+static em_status matmul_int(const em_view *out, const em_view *a, const em_view *b) {
+    int r = out->rank;
+    imm_job j = {out, *a, *b, out->shape[r - 2], out->shape[r - 1], a->shape[r - 1], 1};
+    for (int d = 0; d < r - 2; d++) j.batch *= out->shape[d];
+    int64_t rows = j.batch * j.m;
+    int64_t grain = (1 << 16) / (j.n * j.k + 1) + 1;
+    cpu_parallel_for(rows, grain, imm_rows, &j);
+    return EM_OK;
+}
+
 em_status cpu_matmul(void *ctx, const em_view *out, const em_view *a, const em_view *b) {
     if (out->rank < 2 || !cpu_contiguous(out))
         return cpu_ref()->matmul(ctx, out, a, b);
@@ -175,5 +239,8 @@ em_status cpu_matmul(void *ctx, const em_view *out, const em_view *a, const em_v
         if (to) cpu_scratch_free(to);
         return s;
     }
+    if (out->dtype == EM_I64 || out->dtype == EM_I32 || out->dtype == EM_I16 ||
+        out->dtype == EM_I8 || out->dtype == EM_U8)
+        return matmul_int(out, a, b);
     return cpu_ref()->matmul(ctx, out, a, b);
 }

@@ -12,13 +12,6 @@
 
 #include "cpu.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
-    !defined(__SANITIZE_ADDRESS__) && !defined(CPU_NO_CLONES) /* CPU_NO_CLONES: one ISA */
-#define CPU_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
-#else
-#define CPU_CLONES
-#endif
-
 #if defined(__GNUC__)
 #define CPU_INLINE inline __attribute__((always_inline))
 #else
@@ -257,13 +250,15 @@ static inline int64_t avg_extent(int64_t o, int64_t k, int64_t s, int64_t p, int
                       sx = a->stride[1], py = a->padding[0], px = a->padding[1];                   \
         tap_ranges tr;                                                                             \
         taps_init(&tr, KW, 1, px, sx, W, OW);                                                      \
-        double acc[NN_BLOCK], cpad[NN_BLOCK], cclip[NN_BLOCK];                                     \
+        double acc[NN_BLOCK], cpad[NN_BLOCK], cclip[NN_BLOCK], valid[NN_BLOCK];                    \
         for (int64_t b0 = 0; b0 < OW; b0 += NN_BLOCK) {                                            \
             const int64_t b1 = imin(b0 + NN_BLOCK, OW), nb = b1 - b0;                              \
             for (int64_t k = 0; k < nb; k++) { /* the block's column extents */                    \
                 int64_t xc0, xc1;                                                                  \
-                cpad[k] = (double)avg_extent(b0 + k, KW, sx, px, W, &xc0, &xc1);                   \
-                cclip[k] = xc0 < xc1 ? (double)(xc1 - xc0) : 0.0;                                  \
+                const int64_t pw = avg_extent(b0 + k, KW, sx, px, W, &xc0, &xc1);                 \
+                valid[k] = xc0 < xc1 ? 1.0 : 0.0; /* then pw > 0 too */                            \
+                cpad[k] = xc0 < xc1 ? (double)pw : 1.0;                                            \
+                cclip[k] = xc0 < xc1 ? (double)(xc1 - xc0) : 1.0;                                  \
             }                                                                                      \
             for (int64_t oy = 0; oy < OH; oy++) {                                                  \
                 int64_t yc0, yc1;                                                                  \
@@ -287,19 +282,13 @@ static inline int64_t avg_extent(int64_t o, int64_t k, int64_t s, int64_t p, int
                         else sumtap_##S(acc, b0, row, lo, hi, sx, off);                            \
                     }                                                                              \
                 }                                                                                  \
-                /* the ref's divisor: the padded or the clipped window, as a double (divided       \
-                 * unconditionally, then selected, so that the loop vectorizes) */                 \
+                /* the ref's divisor (the padded or the clipped window) as a double; valid[k]      \
+                 * is 1, or 0 for a window without inputs (acc 0): arithmetic only, so that        \
+                 * the loop vectorizes */                                                          \
                 const double rows = (double)(yc1 - yc0);                                           \
-                if (a->count_include_pad)                                                          \
-                    for (int64_t k = 0; k < nb; k++) {                                             \
-                        const double d = ph * cpad[k], q = acc[k] / (d != 0 ? d : 1.0);            \
-                        o[k] = (T)(cclip[k] > 0 ? q : 0.0);                                        \
-                    }                                                                              \
-                else                                                                               \
-                    for (int64_t k = 0; k < nb; k++) {                                             \
-                        const double d = rows * cclip[k], q = acc[k] / (d != 0 ? d : 1.0);         \
-                        o[k] = (T)(cclip[k] > 0 ? q : 0.0);                                        \
-                    }                                                                              \
+                const double *restrict div = a->count_include_pad ? cpad : cclip;                  \
+                const double f = a->count_include_pad ? ph : rows;                                 \
+                for (int64_t k = 0; k < nb; k++) o[k] = (T)(acc[k] / (f * div[k]) * valid[k]);     \
             }                                                                                      \
         }                                                                                          \
     }
