@@ -27,7 +27,7 @@ static em_status emi_ad_value(emi_ad_node *n, em_tensor **out) {
     if (!n->rule || !n->rule->forward)
         return emi_fail(EM_ERR_STATE, "em_backward: a value of '%s' was neither saved nor "
                         "recomputable", n->rule ? n->rule->name : "leaf");
-    em_tensor *stack_in[8];
+    em_tensor *stack_in[8] = {0};
     em_tensor **in = n->nin <= 8 ? stack_in : calloc((size_t)n->nin, sizeof *in);
     if (!in) return emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
     em_status s = EM_OK;
@@ -195,8 +195,8 @@ static em_status emi_accumulate(emi_ad_node *p, em_tensor *g) {
 
 /* Runs node n's rule and sends the input gradients to its parents. */
 static em_status emi_run_rule(emi_ad_node *n) {
-    bool need_stack[8];
-    em_tensor *gin_stack[8];
+    bool need_stack[8] = {0};
+    em_tensor *gin_stack[8] = {0};
     bool *need = n->nin <= 8 ? need_stack : calloc((size_t)n->nin, sizeof *need);
     em_tensor **gin = n->nin <= 8 ? gin_stack : calloc((size_t)n->nin, sizeof *gin);
     em_status s = EM_OK;

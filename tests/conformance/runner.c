@@ -14,177 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conformance.h"
-
-/* ---- parsed cases ---- */
-
-typedef struct tensor_data {
-    em_dtype dt;
-    int rank;
-    int64_t shape[EM_MAX_RANK];
-    int64_t n;
-    double *vals; /* every value as a double (ints up to 2^53 exact) */
-    int64_t *ivals; /* ints and bools, exact */
-    char view_kind[16];
-    int nview;
-    int64_t view_args[16];
-    bool view_none[16];
-} tensor_data;
-
-typedef struct conf_case {
-    char name[200];
-    char op[64];
-    conf_params params;
-    int nin, nout;
-    tensor_data in[CONF_MAX_IO];
-    tensor_data out[CONF_MAX_IO];
-    char error[32];
-    bool has_tol;
-    double rtol, atol;
-} conf_case;
-
-static void free_case(conf_case *c) {
-    for (int i = 0; i < c->nin; i++) {
-        free(c->in[i].vals);
-        free(c->in[i].ivals);
-    }
-    for (int i = 0; i < c->nout; i++) {
-        free(c->out[i].vals);
-        free(c->out[i].ivals);
-    }
-}
-
-/* ---- params API for the wrappers ---- */
-
-static const conf_param *find_param(const conf_params *p, const char *key) {
-    for (int i = 0; i < p->n; i++)
-        if (strcmp(p->p[i].key, key) == 0) return &p->p[i];
-    return NULL;
-}
-
-int64_t conf_int(const conf_params *p, const char *key, int64_t def) {
-    const conf_param *q = find_param(p, key);
-    return q && q->n > 0 ? (int64_t)q->values[0] : def;
-}
-
-double conf_f64(const conf_params *p, const char *key, double def) {
-    const conf_param *q = find_param(p, key);
-    return q && q->n > 0 ? q->values[0] : def;
-}
-
-bool conf_bool(const conf_params *p, const char *key, bool def) {
-    const conf_param *q = find_param(p, key);
-    return q && q->n > 0 ? q->values[0] != 0 : def;
-}
-
-int conf_ints(const conf_params *p, const char *key, int64_t *out, int cap) {
-    const conf_param *q = find_param(p, key);
-    if (!q) return -1;
-    for (int i = 0; i < q->n && i < cap; i++) out[i] = (int64_t)q->values[i];
-    return q->n;
-}
-
-/* ---- parsing ---- */
-
-static bool is_float_dt(em_dtype dt) { return em_dtype_kind(dt) == EM_KIND_FLOAT; }
-
-static int parse_tensor(char *line, tensor_data *t) {
-    /* "<dtype> <rank> <dims...> : <values...>" */
-    char *save = NULL;
-    char *tok = strtok_r(line, " ", &save);
-    if (!tok || em_dtype_parse(tok, &t->dt) != EM_OK) return -1;
-    tok = strtok_r(NULL, " ", &save);
-    if (!tok) return -1;
-    t->rank = atoi(tok);
-    if (t->rank < 0 || t->rank > EM_MAX_RANK) return -1;
-    t->n = 1;
-    for (int i = 0; i < t->rank; i++) {
-        tok = strtok_r(NULL, " ", &save);
-        if (!tok) return -1;
-        t->shape[i] = atoll(tok);
-        t->n *= t->shape[i];
-    }
-    tok = strtok_r(NULL, " ", &save);
-    if (!tok || strcmp(tok, ":") != 0) return -1;
-    t->vals = calloc((size_t)(t->n ? t->n : 1), sizeof(double));
-    t->ivals = calloc((size_t)(t->n ? t->n : 1), sizeof(int64_t));
-    if (!t->vals || !t->ivals) return -1;
-    for (int64_t i = 0; i < t->n; i++) {
-        tok = strtok_r(NULL, " \n", &save);
-        if (!tok) return -1;
-        t->vals[i] = strtod(tok, NULL);
-        t->ivals[i] = is_float_dt(t->dt) ? 0 : strtoll(tok, NULL, 10);
-    }
-    return 0;
-}
-
-static int parse_view(char *line, tensor_data *t) {
-    char *save = NULL;
-    char *tok = strtok_r(line, " ", &save);
-    if (!tok) return -1;
-    snprintf(t->view_kind, sizeof t->view_kind, "%s", tok);
-    tok = strtok_r(NULL, " ", &save);
-    if (!tok) return -1;
-    t->nview = atoi(tok);
-    if (t->nview < 0 || t->nview > 16) return -1;
-    for (int i = 0; i < t->nview; i++) {
-        tok = strtok_r(NULL, " \n", &save);
-        if (!tok) return -1;
-        t->view_none[i] = strcmp(tok, "none") == 0;
-        t->view_args[i] = t->view_none[i] ? 0 : atoll(tok);
-    }
-    return 0;
-}
-
-static int parse_param(char *line, conf_params *p) {
-    if (p->n >= CONF_MAX_PARAMS) return -1;
-    conf_param *q = &p->p[p->n];
-    char *save = NULL;
-    char *tok = strtok_r(line, " ", &save);
-    if (!tok) return -1;
-    snprintf(q->key, sizeof q->key, "%s", tok);
-    tok = strtok_r(NULL, " ", &save);
-    if (!tok) return -1;
-    q->n = atoi(tok);
-    if (q->n < 0 || q->n > CONF_MAX_PARAM_VALUES) return -1;
-    for (int i = 0; i < q->n; i++) {
-        tok = strtok_r(NULL, " \n", &save);
-        if (!tok) return -1;
-        q->values[i] = strtod(tok, NULL);
-    }
-    p->n++;
-    return 0;
-}
-
-/* Reads a whole line of any length; returns NULL at EOF. The caller frees. */
-static char *read_line(FILE *f) {
-    size_t cap = 256, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    int ch;
-    while ((ch = fgetc(f)) != EOF && ch != '\n') {
-        if (n + 1 >= cap) {
-            cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-        }
-        buf[n++] = (char)ch;
-    }
-    if (ch == EOF && n == 0) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    return buf;
-}
+#include "golden.h"
 
 /* ---- building inputs ---- */
 
-static em_status make_input(const tensor_data *t, em_device dev, em_tensor **out) {
+static em_status make_input(const golden_tensor *t, em_device dev, em_tensor **out) {
     size_t sz = em_dtype_size(t->dt);
     void *data = malloc((size_t)(t->n ? t->n : 1) * sz);
     if (!data) return EM_ERR_NOMEM;
@@ -212,27 +46,7 @@ static em_status make_input(const tensor_data *t, em_device dev, em_tensor **out
         return s;
     }
     em_tensor *v = NULL;
-    const int64_t *a = t->view_args;
-    if (strcmp(t->view_kind, "transpose") == 0) {
-        s = em_transpose(base, (int)a[0], (int)a[1], &v);
-    } else if (strcmp(t->view_kind, "permute") == 0) {
-        int perm[EM_MAX_RANK];
-        for (int i = 0; i < t->nview && i < EM_MAX_RANK; i++) perm[i] = (int)a[i];
-        s = em_permute(base, perm, t->nview, &v);
-    } else if (strcmp(t->view_kind, "slice") == 0) {
-        int64_t step = t->view_none[3] ? 1 : a[3];
-        int64_t start = t->view_none[1] ? (step > 0 ? 0 : INT64_MAX) : a[1];
-        int64_t stop = t->view_none[2] ? (step > 0 ? INT64_MAX : INT64_MIN) : a[2];
-        s = em_slice(base, (int)a[0], start, stop, step, &v);
-    } else if (strcmp(t->view_kind, "expand") == 0) {
-        s = em_expand(base, a, t->nview, &v);
-    } else if (strcmp(t->view_kind, "flip") == 0) {
-        int dims[EM_MAX_RANK];
-        for (int i = 0; i < t->nview && i < EM_MAX_RANK; i++) dims[i] = (int)a[i];
-        s = em_flip(base, dims, t->nview, &v);
-    } else {
-        s = EM_ERR_ARG;
-    }
+    s = golden_view(t, base, &v);
     em_tensor_release(base);
     if (s == EM_OK) *out = v;
     return s;
@@ -251,7 +65,7 @@ static void default_tol(em_dtype dt, double *rtol, double *atol) {
 }
 
 /* Reads a tensor back as doubles / exact ints. */
-static em_status read_back(const em_tensor *t, tensor_data *d) {
+static em_status read_back(const em_tensor *t, golden_tensor *d) {
     d->dt = em_tensor_dtype(t);
     d->rank = em_tensor_rank(t);
     memcpy(d->shape, em_tensor_shape(t), sizeof(int64_t) * (size_t)d->rank);
@@ -279,7 +93,7 @@ static em_status read_back(const em_tensor *t, tensor_data *d) {
         case EM_I8: case EM_Q8: case EM_Q4: iv = ((int8_t *)raw)[i]; break;
         case EM_U8: case EM_BOOL: iv = ((uint8_t *)raw)[i]; break;
         }
-        if (!is_float_dt(d->dt)) v = (double)iv;
+        if (!golden_is_float(d->dt)) v = (double)iv;
         d->vals[i] = v;
         d->ivals[i] = iv;
     }
@@ -288,7 +102,7 @@ static em_status read_back(const em_tensor *t, tensor_data *d) {
 }
 
 /* Compares got against want; on mismatch writes a reason into msg and returns false. */
-static bool compare(const tensor_data *got, const tensor_data *want, const conf_case *c,
+static bool compare(const golden_tensor *got, const golden_tensor *want, const golden_case *c,
                     char *msg, size_t cap) {
     if (got->dt != want->dt) {
         snprintf(msg, cap, "dtype %s, want %s", em_dtype_name(got->dt), em_dtype_name(want->dt));
@@ -307,7 +121,7 @@ static bool compare(const tensor_data *got, const tensor_data *want, const conf_
         atol = c->atol;
     }
     for (int64_t i = 0; i < got->n; i++) {
-        if (!is_float_dt(want->dt)) {
+        if (!golden_is_float(want->dt)) {
             if (got->ivals[i] != want->ivals[i]) {
                 snprintf(msg, cap, "element %lld: got %lld, want %lld", (long long)i,
                          (long long)got->ivals[i], (long long)want->ivals[i]);
@@ -345,7 +159,7 @@ typedef struct run_result {
     em_status status;
     char error[256];
     int nout;
-    tensor_data out[CONF_MAX_IO];
+    golden_tensor out[CONF_MAX_IO];
 } run_result;
 
 static void free_result(run_result *r) {
@@ -357,7 +171,7 @@ static void free_result(run_result *r) {
 }
 
 /* Runs case c on dev; fills r. Returns false when the harness itself failed (msg set). */
-static bool run_on(const conf_case *c, conf_fn fn, em_device dev, run_result *r, char *msg,
+static bool run_on(const golden_case *c, conf_fn fn, em_device dev, run_result *r, char *msg,
                    size_t cap) {
     em_tensor *ins[CONF_MAX_IO] = {0};
     memset(r, 0, sizeof *r);
@@ -396,7 +210,7 @@ static bool run_on(const conf_case *c, conf_fn fn, em_device dev, run_result *r,
 }
 
 /* Checks r (a run on a device) against the expected outputs. */
-static bool check(const conf_case *c, const run_result *r, const tensor_data *want, int nwant,
+static bool check(const golden_case *c, const run_result *r, const golden_tensor *want, int nwant,
                   char *msg, size_t cap) {
     if (c->error[0]) {
         if (r->status == EM_OK) {
@@ -430,26 +244,6 @@ static bool check(const conf_case *c, const run_result *r, const tensor_data *wa
         }
     }
     return true;
-}
-
-static int parse_case_line(conf_case *c, char *line) {
-    if (strncmp(line, "op ", 3) == 0) snprintf(c->op, sizeof c->op, "%s", line + 3);
-    else if (strncmp(line, "param ", 6) == 0) return parse_param(line + 6, &c->params);
-    else if (strncmp(line, "input ", 6) == 0) {
-        if (c->nin >= CONF_MAX_IO) return -1;
-        return parse_tensor(line + 6, &c->in[c->nin++]);
-    } else if (strncmp(line, "view ", 5) == 0) {
-        if (c->nin == 0) return -1;
-        return parse_view(line + 5, &c->in[c->nin - 1]);
-    } else if (strncmp(line, "output ", 7) == 0) {
-        if (c->nout >= CONF_MAX_IO) return -1;
-        return parse_tensor(line + 7, &c->out[c->nout++]);
-    } else if (strncmp(line, "error ", 6) == 0) snprintf(c->error, sizeof c->error, "%s", line + 6);
-    else if (strncmp(line, "tol ", 4) == 0) {
-        c->has_tol = true;
-        if (sscanf(line + 4, "%lf %lf", &c->rtol, &c->atol) != 2) return -1;
-    } else return -1;
-    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -491,88 +285,55 @@ int main(int argc, char **argv) {
     em_device ref = {EM_BACKEND_REF, 0, false, EM_CKPT_NONE};
 
     long passed = 0, failed = 0, cases = 0;
-    long per_dev_pass[64 * 3] = {0};
-    char *line;
-    conf_case *c = calloc(1, sizeof *c);
+    golden_case *c = calloc(1, sizeof *c);
     if (!c) return 2;
-    int lineno = 0;
-    bool in_case = false;
-    while ((line = read_line(f)) != NULL) {
-        lineno++;
-        if (line[0] == '#' || line[0] == '\0') {
-            free(line);
+    int lineno = 0, rc;
+    while ((rc = golden_next(f, path, &lineno, c)) == 1) {
+        if (filter && !strstr(c->name, filter)) continue;
+        cases++;
+        conf_fn fn = find_op(c->op);
+        run_result ref_r;
+        char msg[512];
+        if (!fn) {
+            printf("FAIL %s [all]: no wrapper for op '%s'\n", c->name, c->op);
+            failed++;
             continue;
         }
-        if (strncmp(line, "case ", 5) == 0) {
-            memset(c, 0, sizeof *c);
-            snprintf(c->name, sizeof c->name, "%s", line + 5);
-            in_case = true;
-        } else if (strcmp(line, "end") == 0 && in_case) {
-            in_case = false;
-            if (filter && !strstr(c->name, filter)) {
-                free_case(c);
-                free(line);
-                continue;
-            }
-            cases++;
-            conf_fn fn = find_op(c->op);
-            run_result ref_r;
-            char msg[512];
-            bool ok;
-            if (!fn) {
-                printf("FAIL %s [all]: no wrapper for op '%s'\n", c->name, c->op);
+        /* 1. ref against the golden outputs */
+        bool ok = run_on(c, fn, ref, &ref_r, msg, sizeof msg) &&
+                  check(c, &ref_r, c->out, c->nout, msg, sizeof msg);
+        if (!only_dev || strcmp(only_dev, "ref") == 0) {
+            if (ok) {
+                passed++;
+                if (verbose) printf("ok   %s [ref]\n", c->name);
+            } else {
+                printf("FAIL %s [ref vs golden]: %s\n", c->name, msg);
                 failed++;
-                free_case(c);
-                free(line);
-                continue;
-            }
-            /* 1. ref against the golden outputs */
-            ok = run_on(c, fn, ref, &ref_r, msg, sizeof msg) &&
-                 check(c, &ref_r, c->out, c->nout, msg, sizeof msg);
-            if (!only_dev || strcmp(only_dev, "ref") == 0) {
-                if (ok) {
-                    passed++;
-                    per_dev_pass[0]++;
-                    if (verbose) printf("ok   %s [ref]\n", c->name);
-                } else {
-                    printf("FAIL %s [ref vs golden]: %s\n", c->name, msg);
-                    failed++;
-                }
-            }
-            /* 2. every other device against ref */
-            for (size_t d = 0; d < ndev; d++) {
-                if (em_device_equal(devs[d], ref)) continue;
-                char nm[64];
-                em_device_name(devs[d], nm, sizeof nm);
-                if (only_dev && strcmp(only_dev, nm) != 0) continue;
-                run_result r;
-                bool dok = run_on(c, fn, devs[d], &r, msg, sizeof msg) &&
-                           check(c, &r, ref_r.out, ref_r.nout, msg, sizeof msg);
-                if (dok) {
-                    passed++;
-                    per_dev_pass[d]++;
-                } else {
-                    printf("FAIL %s [%s vs ref]: %s\n", c->name, nm, msg);
-                    failed++;
-                }
-                free_result(&r);
-            }
-            free_result(&ref_r);
-            free_case(c);
-        } else if (in_case) {
-            if (parse_case_line(c, line) != 0) {
-                fprintf(stderr, "conformance: %s:%d: cannot parse this line\n", path, lineno);
-                free(line);
-                free_case(c);
-                free(c);
-                fclose(f);
-                return 2;
             }
         }
-        free(line);
+        /* 2. every other device against ref */
+        for (size_t d = 0; d < ndev; d++) {
+            if (em_device_equal(devs[d], ref)) continue;
+            char nm[64];
+            em_device_name(devs[d], nm, sizeof nm);
+            if (only_dev && strcmp(only_dev, nm) != 0) continue;
+            run_result r;
+            bool dok = run_on(c, fn, devs[d], &r, msg, sizeof msg) &&
+                       check(c, &r, ref_r.out, ref_r.nout, msg, sizeof msg);
+            if (dok) {
+                passed++;
+            } else {
+                printf("FAIL %s [%s vs ref]: %s\n", c->name, nm, msg);
+                failed++;
+            }
+            free_result(&r);
+        }
+        free_result(&ref_r);
     }
+    golden_free(c);
     free(c);
     fclose(f);
+    if (rc < 0) return 2;
     printf("conformance: %ld cases on %zu device(s)\n", cases, ndev);
     printf("%ld passed, %ld failed\n", passed, failed);
     return failed == 0 && cases > 0 ? 0 : 1;

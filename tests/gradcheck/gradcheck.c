@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conformance.h"
+#include "golden.h"
 
 /* ---- what is not checked ---- */
 
@@ -78,230 +78,13 @@ static const op_tol loose_ops[] = {
 #define GC_RTOL 1e-5
 #define GC_ATOL 1e-5
 
-/* ---- parsed cases (the golden.txt format of tests/conformance/gen_golden.py) ---- */
-
-typedef struct tensor_data {
-    em_dtype dt;
-    int rank;
-    int64_t shape[EM_MAX_RANK];
-    int64_t n;
-    double *vals;   /* every value as a double */
-    int64_t *ivals; /* ints and bools, exact */
-    char view_kind[16];
-    int nview;
-    int64_t view_args[16];
-    bool view_none[16];
-} tensor_data;
-
-typedef struct gc_case {
-    char name[200];
-    char op[64];
-    conf_params params;
-    int nin, nout;
-    tensor_data in[CONF_MAX_IO];
-    tensor_data out[CONF_MAX_IO];
-    char error[32];
-} gc_case;
-
-static void free_tensor_data(tensor_data *t) {
-    free(t->vals);
-    free(t->ivals);
-    t->vals = NULL;
-    t->ivals = NULL;
-}
-
-static void free_case(gc_case *c) {
-    for (int i = 0; i < c->nin; i++) free_tensor_data(&c->in[i]);
-    for (int i = 0; i < c->nout; i++) free_tensor_data(&c->out[i]);
-}
-
-/* ---- the params API the wrappers call ---- */
-
-static const conf_param *find_param(const conf_params *p, const char *key) {
-    for (int i = 0; i < p->n; i++)
-        if (strcmp(p->p[i].key, key) == 0) return &p->p[i];
-    return NULL;
-}
-
-int64_t conf_int(const conf_params *p, const char *key, int64_t def) {
-    const conf_param *q = find_param(p, key);
-    return q && q->n > 0 ? (int64_t)q->values[0] : def;
-}
-
-double conf_f64(const conf_params *p, const char *key, double def) {
-    const conf_param *q = find_param(p, key);
-    return q && q->n > 0 ? q->values[0] : def;
-}
-
-bool conf_bool(const conf_params *p, const char *key, bool def) {
-    const conf_param *q = find_param(p, key);
-    return q && q->n > 0 ? q->values[0] != 0 : def;
-}
-
-int conf_ints(const conf_params *p, const char *key, int64_t *out, int cap) {
-    const conf_param *q = find_param(p, key);
-    if (!q) return -1;
-    for (int i = 0; i < q->n && i < cap; i++) out[i] = (int64_t)q->values[i];
-    return q->n;
-}
-
-/* ---- parsing ---- */
-
-static bool is_float_dt(em_dtype dt) { return em_dtype_kind(dt) == EM_KIND_FLOAT; }
-
-/* "<dtype> <rank> <dims...> : <values...>" */
-static int parse_tensor(char *line, tensor_data *t) {
-    char *save = NULL;
-    char *tok = strtok_r(line, " ", &save);
-    if (!tok || em_dtype_parse(tok, &t->dt) != EM_OK) return -1;
-    tok = strtok_r(NULL, " ", &save);
-    if (!tok) return -1;
-    t->rank = atoi(tok);
-    if (t->rank < 0 || t->rank > EM_MAX_RANK) return -1;
-    t->n = 1;
-    for (int i = 0; i < t->rank; i++) {
-        tok = strtok_r(NULL, " ", &save);
-        if (!tok) return -1;
-        t->shape[i] = atoll(tok);
-        if (t->shape[i] < 0) return -1;
-        t->n *= t->shape[i];
-    }
-    tok = strtok_r(NULL, " ", &save);
-    if (!tok || strcmp(tok, ":") != 0) return -1;
-    t->vals = calloc((size_t)(t->n ? t->n : 1), sizeof(double));
-    t->ivals = calloc((size_t)(t->n ? t->n : 1), sizeof(int64_t));
-    if (!t->vals || !t->ivals) return -1;
-    for (int64_t i = 0; i < t->n; i++) {
-        tok = strtok_r(NULL, " \n", &save);
-        if (!tok) return -1;
-        t->vals[i] = strtod(tok, NULL);
-        t->ivals[i] = is_float_dt(t->dt) ? 0 : strtoll(tok, NULL, 10);
-    }
-    return 0;
-}
-
-/* "<kind> <n> <args...>" ("none" for an absent argument) */
-static int parse_view(char *line, tensor_data *t) {
-    char *save = NULL;
-    char *tok = strtok_r(line, " ", &save);
-    if (!tok) return -1;
-    snprintf(t->view_kind, sizeof t->view_kind, "%s", tok);
-    tok = strtok_r(NULL, " ", &save);
-    if (!tok) return -1;
-    t->nview = atoi(tok);
-    if (t->nview < 0 || t->nview > 16) return -1;
-    for (int i = 0; i < t->nview; i++) {
-        tok = strtok_r(NULL, " \n", &save);
-        if (!tok) return -1;
-        t->view_none[i] = strcmp(tok, "none") == 0;
-        t->view_args[i] = t->view_none[i] ? 0 : atoll(tok);
-    }
-    return 0;
-}
-
-/* "<key> <n> <values...>" */
-static int parse_param(char *line, conf_params *p) {
-    if (p->n >= CONF_MAX_PARAMS) return -1;
-    conf_param *q = &p->p[p->n];
-    char *save = NULL;
-    char *tok = strtok_r(line, " ", &save);
-    if (!tok) return -1;
-    snprintf(q->key, sizeof q->key, "%s", tok);
-    tok = strtok_r(NULL, " ", &save);
-    if (!tok) return -1;
-    q->n = atoi(tok);
-    if (q->n < 0 || q->n > CONF_MAX_PARAM_VALUES) return -1;
-    for (int i = 0; i < q->n; i++) {
-        tok = strtok_r(NULL, " \n", &save);
-        if (!tok) return -1;
-        q->values[i] = strtod(tok, NULL);
-    }
-    p->n++;
-    return 0;
-}
-
-static int parse_case_line(gc_case *c, char *line) {
-    if (strncmp(line, "op ", 3) == 0) snprintf(c->op, sizeof c->op, "%s", line + 3);
-    else if (strncmp(line, "param ", 6) == 0) return parse_param(line + 6, &c->params);
-    else if (strncmp(line, "input ", 6) == 0) {
-        if (c->nin >= CONF_MAX_IO) return -1;
-        return parse_tensor(line + 6, &c->in[c->nin++]);
-    } else if (strncmp(line, "view ", 5) == 0) {
-        if (c->nin == 0) return -1;
-        return parse_view(line + 5, &c->in[c->nin - 1]);
-    } else if (strncmp(line, "output ", 7) == 0) {
-        if (c->nout >= CONF_MAX_IO) return -1;
-        return parse_tensor(line + 7, &c->out[c->nout++]);
-    } else if (strncmp(line, "error ", 6) == 0) snprintf(c->error, sizeof c->error, "%s", line + 6);
-    else if (strncmp(line, "tol ", 4) == 0) return 0; /* forward tolerances: not ours */
-    else return -1;
-    return 0;
-}
-
-/* Reads a whole line of any length; NULL at EOF. The caller frees. */
-static char *read_line(FILE *f) {
-    size_t cap = 256, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    int ch;
-    while ((ch = fgetc(f)) != EOF && ch != '\n') {
-        if (n + 1 >= cap) {
-            cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-        }
-        buf[n++] = (char)ch;
-    }
-    if (ch == EOF && n == 0) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    return buf;
-}
-
 /* ---- building inputs ---- */
-
-/* Applies the case's view (if any) to base; *out is a new reference (base itself when there
- * is no view). */
-static em_status apply_view(const tensor_data *t, em_tensor *base, em_tensor **out) {
-    if (!t->view_kind[0]) {
-        em_tensor_retain(base);
-        *out = base;
-        return EM_OK;
-    }
-    const int64_t *a = t->view_args;
-    if (strcmp(t->view_kind, "transpose") == 0)
-        return em_transpose(base, (int)a[0], (int)a[1], out);
-    if (strcmp(t->view_kind, "permute") == 0) {
-        int perm[EM_MAX_RANK];
-        for (int i = 0; i < t->nview && i < EM_MAX_RANK; i++) perm[i] = (int)a[i];
-        return em_permute(base, perm, t->nview, out);
-    }
-    if (strcmp(t->view_kind, "slice") == 0) {
-        int64_t step = t->view_none[3] ? 1 : a[3];
-        int64_t start = t->view_none[1] ? (step > 0 ? 0 : INT64_MAX) : a[1];
-        int64_t stop = t->view_none[2] ? (step > 0 ? INT64_MAX : INT64_MIN) : a[2];
-        return em_slice(base, (int)a[0], start, stop, step, out);
-    }
-    if (strcmp(t->view_kind, "expand") == 0) return em_expand(base, a, t->nview, out);
-    if (strcmp(t->view_kind, "flip") == 0) {
-        int dims[EM_MAX_RANK];
-        for (int i = 0; i < t->nview && i < EM_MAX_RANK; i++) dims[i] = (int)a[i];
-        return em_flip(base, dims, t->nview, out);
-    }
-    return EM_ERR_ARG;
-}
 
 /* The leaf of input t on dev: float inputs as f64 with the values `vals`, others as given.
  * With grad, float leaves get em_tensor_require_grad. */
-static em_status make_leaf(const tensor_data *t, const double *vals, em_device dev, bool grad,
+static em_status make_leaf(const golden_tensor *t, const double *vals, em_device dev, bool grad,
                            em_tensor **out) {
-    bool fl = is_float_dt(t->dt);
+    bool fl = golden_is_float(t->dt);
     em_dtype dt = fl ? EM_F64 : t->dt;
     size_t sz = em_dtype_size(dt);
     void *data = malloc((size_t)(t->n ? t->n : 1) * sz);
@@ -370,12 +153,12 @@ static void free_run_out(run_out *r) {
 
 /* Builds the inputs of c on dev (float ones from vals[i]); leaves[i] and views[i] get new
  * references (NULL on failure). */
-static em_status build_inputs(const gc_case *c, double *const *vals, em_device dev, bool grad,
+static em_status build_inputs(const golden_case *c, double *const *vals, em_device dev, bool grad,
                               em_tensor **leaves, em_tensor **views, char *msg, size_t cap) {
     for (int i = 0; i < c->nin; i++) leaves[i] = views[i] = NULL;
     for (int i = 0; i < c->nin; i++) {
         em_status s = make_leaf(&c->in[i], vals[i], dev, grad, &leaves[i]);
-        if (s == EM_OK) s = apply_view(&c->in[i], leaves[i], &views[i]);
+        if (s == EM_OK) s = golden_view(&c->in[i], leaves[i], &views[i]);
         if (s != EM_OK) {
             snprintf(msg, cap, "building input %d failed: %s: %s", i, em_status_name(s),
                      em_last_error());
@@ -393,7 +176,7 @@ static void release_all(em_tensor **ts, int n) {
 }
 
 /* Runs c untracked on dev with float inputs vals; reads every output back. */
-static bool run_plain(const gc_case *c, conf_fn fn, em_device dev, double *const *vals,
+static bool run_plain(const golden_case *c, conf_fn fn, em_device dev, double *const *vals,
                       run_out *r, char *msg, size_t cap) {
     em_tensor *leaves[CONF_MAX_IO], *views[CONF_MAX_IO];
     memset(r, 0, sizeof *r);
@@ -416,7 +199,7 @@ static bool run_plain(const gc_case *c, conf_fn fn, em_device dev, double *const
     for (int k = 0; ok && k < nout; k++) {
         const em_tensor *o = outs[k];
         r->n = k + 1;
-        r->isfloat[k] = is_float_dt(em_tensor_dtype(o));
+        r->isfloat[k] = golden_is_float(em_tensor_dtype(o));
         r->rank[k] = em_tensor_rank(o);
         memcpy(r->shape[k], em_tensor_shape(o), sizeof(int64_t) * (size_t)r->rank[k]);
         r->numel[k] = em_tensor_numel(o);
@@ -450,7 +233,7 @@ static void loss_of(const run_out *r, double *const *w, double *loss, double *sc
 }
 
 /* The loss of c on dev with float inputs vals (NAN when the run fails). */
-static double eval_loss(const gc_case *c, conf_fn fn, em_device dev, double *const *vals,
+static double eval_loss(const golden_case *c, conf_fn fn, em_device dev, double *const *vals,
                         double *const *w) {
     run_out r;
     char msg[256];
@@ -462,7 +245,7 @@ static double eval_loss(const gc_case *c, conf_fn fn, em_device dev, double *con
 
 /* Runs c on the autodiff device ad, builds the loss with public ops, and reads the gradient
  * of every float leaf into ga[i] (zeros when it got none; *none[i] set). */
-static bool run_backward(const gc_case *c, conf_fn fn, em_device ad, em_device inner,
+static bool run_backward(const golden_case *c, conf_fn fn, em_device ad, em_device inner,
                          double *const *vals, double *const *w, const run_out *r0,
                          double **ga, bool *none, char *msg, size_t cap) {
     em_tensor *leaves[CONF_MAX_IO], *views[CONF_MAX_IO];
@@ -525,7 +308,7 @@ static bool run_backward(const gc_case *c, conf_fn fn, em_device ad, em_device i
         }
     }
     for (int i = 0; ok && i < c->nin; i++) {
-        if (!is_float_dt(c->in[i].dt)) continue;
+        if (!golden_is_float(c->in[i].dt)) continue;
         em_tensor *g = NULL;
         em_status s = em_grads_get(grads, leaves[i], &g);
         if (s != EM_OK) {
@@ -601,14 +384,14 @@ static double tol_of(double a, double b, double noise, double scale) {
  * element whose second difference is too large for the comparison to be trusted is checked
  * for smoothness at 2h and 3h (a smooth function's second difference grows as h^2, a kink's
  * as h): if it is not smooth, it is marked as a kink and skipped. */
-static bool numeric_grad(const gc_case *c, conf_fn fn, em_device dev, double **vals,
+static bool numeric_grad(const golden_case *c, conf_fn fn, em_device dev, double **vals,
                          double *const *w, double l0, double lscale, double tscale,
                          numeric *nm, char *msg, size_t cap) {
     /* each loss is a sum of terms: its rounding error is a few ulps of the sum of their
      * magnitudes (the op's own rounding included) */
     double lnoise = 64.0 * DBL_EPSILON * (lscale + fabs(l0));
     for (int i = 0; i < c->nin; i++) {
-        if (!is_float_dt(c->in[i].dt)) continue;
+        if (!golden_is_float(c->in[i].dt)) continue;
         for (int64_t j = 0; j < c->in[i].n; j++) {
             double x = vals[i][j];
             double h = GC_EPS * fmax(1.0, fabs(x));
@@ -707,7 +490,7 @@ typedef struct stats {
     long passed, failed, skipped, kinks, elements;
 } stats;
 
-static void fail_line(stats *st, const gc_case *c, const char *dev, const char *msg) {
+static void fail_line(stats *st, const golden_case *c, const char *dev, const char *msg) {
     printf("FAIL %s [%s] (op %s): %s\n", c->name, dev, c->op, msg);
     fflush(stdout);
     note_fail(c->op, msg);
@@ -715,7 +498,7 @@ static void fail_line(stats *st, const gc_case *c, const char *dev, const char *
 }
 
 /* Checks case c on the inner device dev and its two autodiff wrappings. */
-static void check_case(const gc_case *c, conf_fn fn, em_device dev, const char *only_dev,
+static void check_case(const golden_case *c, conf_fn fn, em_device dev, const char *only_dev,
                        uint64_t seed, bool verbose, stats *st) {
     char inner_name[64], msg[512];
     em_device_name(dev, inner_name, sizeof inner_name);
@@ -744,7 +527,7 @@ static void check_case(const gc_case *c, conf_fn fn, em_device dev, const char *
         vals[i] = malloc(n * sizeof(double));
         ok = vals[i] != NULL;
         if (ok) memcpy(vals[i], c->in[i].vals, (size_t)c->in[i].n * sizeof(double));
-        if (ok && is_float_dt(c->in[i].dt)) {
+        if (ok && golden_is_float(c->in[i].dt)) {
             nm.g[i] = calloc(n, sizeof(double));
             nm.kink[i] = calloc(n, sizeof(bool));
             ga[0][i] = calloc(n, sizeof(double));
@@ -806,7 +589,7 @@ static void check_case(const gc_case *c, conf_fn fn, em_device dev, const char *
         long checked = 0, kinks = 0, bad = 0;
         char first[320] = "";
         for (int i = 0; i < c->nin; i++) {
-            if (!is_float_dt(c->in[i].dt)) continue;
+            if (!golden_is_float(c->in[i].dt)) continue;
             for (int64_t j = 0; j < c->in[i].n; j++) {
                 if (nm.kink[i][j]) {
                     kinks++;
@@ -951,69 +734,43 @@ int main(int argc, char **argv) {
 
     stats st = {0};
     long cases = 0;
-    gc_case *c = calloc(1, sizeof *c);
+    golden_case *c = calloc(1, sizeof *c);
     if (!c) {
         fclose(f);
         return 2;
     }
-    char *line;
-    int lineno = 0;
-    bool in_case = false;
+    int lineno = 0, rc;
     uint64_t case_index = 0;
-    while ((line = read_line(f)) != NULL) {
-        lineno++;
-        if (line[0] == '#' || line[0] == '\0') {
-            free(line);
-            continue;
+    while ((rc = golden_next(f, path, &lineno, c)) == 1) {
+        case_index++;
+        bool skip = (filter && !strstr(c->name, filter)) || c->error[0] || no_grad_op(c->op);
+        bool any_float = false, finite = true;
+        for (int i = 0; i < c->nin; i++) {
+            if (!golden_is_float(c->in[i].dt)) continue;
+            any_float = true;
+            for (int64_t j = 0; j < c->in[i].n; j++)
+                if (!isfinite(c->in[i].vals[j])) finite = false;
         }
-        if (strncmp(line, "case ", 5) == 0) {
-            free_case(c);
-            memset(c, 0, sizeof *c);
-            snprintf(c->name, sizeof c->name, "%s", line + 5);
-            in_case = true;
-        } else if (strcmp(line, "end") == 0 && in_case) {
-            in_case = false;
-            case_index++;
-            bool skip = (filter && !strstr(c->name, filter)) || c->error[0] || no_grad_op(c->op);
-            bool any_float = false, finite = true;
-            for (int i = 0; i < c->nin; i++) {
-                if (!is_float_dt(c->in[i].dt)) continue;
-                any_float = true;
-                for (int64_t j = 0; j < c->in[i].n; j++)
-                    if (!isfinite(c->in[i].vals[j])) finite = false;
-            }
-            if (!skip && any_float && !finite) {
-                if (verbose) printf("skip %s: non-finite input\n", c->name);
-                st.skipped++;
-            }
-            if (!skip && any_float && finite) {
-                conf_fn fn = find_op(c->op);
-                cases++;
-                if (!fn) {
-                    fail_line(&st, c, "all", "no wrapper for this op");
-                } else {
-                    for (size_t d = 0; d < ndev; d++)
-                        check_case(c, fn, devs[d], only_dev, 0x9e3779b97f4a7c15ull * case_index,
-                                   verbose, &st);
-                }
-            }
-            free_case(c);
-            memset(c, 0, sizeof *c);
-        } else if (in_case) {
-            if (parse_case_line(c, line) != 0) {
-                fprintf(stderr, "gradcheck: %s:%d: cannot parse this line\n", path, lineno);
-                free(line);
-                free_case(c);
-                free(c);
-                fclose(f);
-                return 2;
+        if (!skip && any_float && !finite) {
+            if (verbose) printf("skip %s: non-finite input\n", c->name);
+            st.skipped++;
+        }
+        if (!skip && any_float && finite) {
+            conf_fn fn = find_op(c->op);
+            cases++;
+            if (!fn) {
+                fail_line(&st, c, "all", "no wrapper for this op");
+            } else {
+                for (size_t d = 0; d < ndev; d++)
+                    check_case(c, fn, devs[d], only_dev, 0x9e3779b97f4a7c15ull * case_index,
+                               verbose, &st);
             }
         }
-        free(line);
     }
-    free_case(c);
+    golden_free(c);
     free(c);
     fclose(f);
+    if (rc < 0) return 2;
     printf("gradcheck: %ld cases checked, %ld runs skipped (non-finite values or every element "
            "on a kink), %ld elements compared, %ld skipped on kinks\n",
            cases, st.skipped, st.elements, st.kinks);
