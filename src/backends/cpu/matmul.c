@@ -110,7 +110,7 @@ void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, in
     /* rows in blocks of 16 (what BLAS kernels tile by); columns when rows are few */
     j.split_n = m < 16 * nt && n >= 64 * nt;
     int64_t total = j.split_n ? n : m, unit = j.split_n ? 64 : 16;
-    int64_t grain = (total + nt - 1) / nt;
+    int64_t grain = (total + 4 * nt - 1) / (4 * nt); /* several chunks a thread: balance */
     grain = (grain + unit - 1) / unit * unit;
     cpu_parallel_for(total, grain, gemm_range, &j);
 }

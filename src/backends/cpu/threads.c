@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cpu.h"
@@ -21,8 +22,8 @@ typedef struct cpu_pool {
     pthread_cond_t wake, idle;
     pthread_mutex_t submit;      /* held by the thread whose job runs */
     int nthreads;                /* including the caller */
-    unsigned long gen;           /* bumped for each job */
-    int pending;                 /* workers still in the current job */
+    atomic_ulong gen;            /* bumped for each job */
+    atomic_int pending;          /* workers still in the current job */
     cpu_range_fn fn;
     void *arg;
     int64_t n, chunk;
@@ -46,18 +47,67 @@ static void run_chunks(void) {
     }
 }
 
+/* Idle workers (and a caller waiting for them) spin this long before they sleep: kernels come
+ * in quick succession, and waking a sleeping thread costs far more than a job of a few
+ * hundred microseconds takes, above all on virtual machines. */
+#define CPU_SPIN_NS 100000
+
+static double mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Spins until *v != value or the spin time is over; true when it changed. */
+static bool spin_while_ulong(atomic_ulong *v, unsigned long value) {
+    double t0 = 0;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(v, memory_order_acquire) != value) return true;
+        cpu_relax();
+        if ((i & 255) == 0) {
+            double t = mono_ns();
+            if (t0 == 0) t0 = t;
+            else if (t - t0 > CPU_SPIN_NS) return false;
+        }
+    }
+}
+
+static bool spin_while_busy(atomic_int *v) {
+    double t0 = 0;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(v, memory_order_acquire) == 0) return true;
+        cpu_relax();
+        if ((i & 255) == 0) {
+            double t = mono_ns();
+            if (t0 == 0) t0 = t;
+            else if (t - t0 > CPU_SPIN_NS) return false;
+        }
+    }
+}
+
 static void *worker(void *unused) {
     (void)unused;
     unsigned long seen = 0;
     for (;;) {
-        pthread_mutex_lock(&pool.lock);
-        while (pool.gen == seen) pthread_cond_wait(&pool.wake, &pool.lock);
-        seen = pool.gen;
-        pthread_mutex_unlock(&pool.lock);
+        if (!spin_while_ulong(&pool.gen, seen)) {
+            pthread_mutex_lock(&pool.lock);
+            while (atomic_load_explicit(&pool.gen, memory_order_acquire) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = atomic_load_explicit(&pool.gen, memory_order_acquire);
         run_chunks();
-        pthread_mutex_lock(&pool.lock);
-        if (--pool.pending == 0) pthread_cond_signal(&pool.idle);
-        pthread_mutex_unlock(&pool.lock);
+        if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&pool.lock);
+            pthread_cond_signal(&pool.idle);
+            pthread_mutex_unlock(&pool.lock);
+        }
     }
     return NULL;
 }
@@ -101,19 +151,22 @@ void cpu_parallel_for(int64_t n, int64_t grain, cpu_range_fn fn, void *arg) {
     int64_t parts = n / grain;
     if (parts > 4 * (int64_t)nt) parts = 4 * (int64_t)nt;
     int64_t chunk = (n + parts - 1) / parts;
-    pthread_mutex_lock(&pool.lock);
     pool.fn = fn;
     pool.arg = arg;
     pool.n = n;
     pool.chunk = chunk;
     atomic_store_explicit(&pool.next, 0, memory_order_relaxed);
-    pool.pending = nt - 1;
-    pool.gen++;
+    atomic_store_explicit(&pool.pending, nt - 1, memory_order_relaxed);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release); /* publishes the job */
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
     run_chunks();
-    pthread_mutex_lock(&pool.lock);
-    while (pool.pending > 0) pthread_cond_wait(&pool.idle, &pool.lock);
-    pthread_mutex_unlock(&pool.lock);
+    if (!spin_while_busy(&pool.pending)) {
+        pthread_mutex_lock(&pool.lock);
+        while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0)
+            pthread_cond_wait(&pool.idle, &pool.lock);
+        pthread_mutex_unlock(&pool.lock);
+    }
     pthread_mutex_unlock(&pool.submit);
 }
