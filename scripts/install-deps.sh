@@ -8,13 +8,16 @@
 #   libopenblas-dev                        the cpu backend's GEMM
 #   libcmocka-dev                          the unit tests
 #   python3-numpy                          generating the conformance table's golden data
+#   libcjson-dev                           cJSON: safetensors headers (src/io)
+#   zlib1g-dev                             zlib: reading gzip-compressed IDX files (src/io)
+#   dataset-fashion-mnist                  Fashion-MNIST, the data ember-train and test_io use
 #
 # With --bench it also installs what bench/ compares against: python3-torch (PyTorch) and
 # libtorch-dev (its C++ API, for at::add). Large; the tests do not need them.
 set -euo pipefail
 
 packages=(cmake ninja-build gcc g++ clang libclang-rt-dev pkg-config libopenblas-dev libcmocka-dev
-          python3-numpy)
+          python3-numpy libcjson-dev zlib1g-dev dataset-fashion-mnist)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(python3-torch libtorch-dev)
 fi

@@ -6,14 +6,16 @@
 #   4. a build with -fsanitize=address,undefined, and ctest again,
 #   5. installs that build to a temporary prefix and builds examples/hello.c against it,
 #      once with find_package(ember) and once with pkg-config,
-#   6. with clang present, the libFuzzer target for ~30 s.
+#   6. with clang present, the libFuzzer targets: fuzz_device_parse for ~30 s, then
+#      fuzz_safetensors (em_safetensors_load_buffer) for ~20 s.
 # Exits non-zero on the first failure. Build trees go under build/ (ignored by git).
-# Environment: JOBS (default 2), FUZZ_SECONDS (default 30).
+# Environment: JOBS (default 2), FUZZ_SECONDS (default 30), ST_FUZZ_SECONDS (default 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 jobs=${JOBS:-2}
 fuzz_seconds=${FUZZ_SECONDS:-30}
+st_fuzz_seconds=${ST_FUZZ_SECONDS:-20}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 step() { printf '\n==== %s\n' "$*"; }
@@ -84,6 +86,11 @@ if command -v clang >/dev/null 2>&1; then
     # new inputs go to the first (temporary) directory; the committed seeds are only read
     build/fuzz/tests/fuzz/fuzz_device_parse -max_total_time="$fuzz_seconds" -timeout=10 \
         -print_final_stats=1 "$tmp/corpus" tests/fuzz/corpus/device_parse
+    step "libFuzzer: fuzz_safetensors for ${st_fuzz_seconds} s"
+    cmake --build build/fuzz -j "$jobs" --target fuzz_safetensors
+    mkdir -p "$tmp/corpus-st"
+    build/fuzz/tests/fuzz/fuzz_safetensors -max_total_time="$st_fuzz_seconds" -timeout=10 \
+        -print_final_stats=1 "$tmp/corpus-st" tests/fuzz/corpus/safetensors
 else
     echo "clang not found: skipping the fuzz run"
 fi

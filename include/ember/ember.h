@@ -263,6 +263,16 @@ em_status em_quantize(const em_tensor *x, em_dtype storage, em_tensor **out);
 /** The f32 values of a quantized tensor. */
 em_status em_dequantize(const em_tensor *q, em_tensor **out);
 
+/** Copies src's values into dst's own buffer, in place (`dst[...] = src`),
+ *  recording nothing for autodiff: how an optimizer updates a leaf parameter while keeping
+ *  its identity (like torch's `p.data.copy_(src)`), so that its leaf node, its require_grad
+ *  mark and every pointer to it stay valid. Views sharing dst's buffer see the new values.
+ *  src is borrowed and may be tracked or untracked (its graph is not extended). Errors:
+ *  EM_ERR_ARG (NULL), EM_ERR_SHAPE (shapes differ), EM_ERR_DTYPE (dtypes differ, or
+ *  quantized), EM_ERR_DEVICE (another inner device; the autodiff flag may differ),
+ *  EM_ERR_STATE (dst is a tracked non-leaf, the result of an op). */
+em_status em_tensor_assign(em_tensor *dst, const em_tensor *src);
+
 /* ======================================================================================
  * 6. Ops
  *

@@ -1,0 +1,123 @@
+/*
+ * io.h — file formats: the IDX format of (Fashion-)MNIST, and safetensors.
+ *
+ * Read it top to bottom:
+ *   1. datasets: IDX image and label files (optionally gzip-compressed), shuffled batches
+ *   2. safetensors: save named tensors, load them onto any device
+ *
+ * The rules of ember.h hold here too: every fallible call returns an em_status and writes its
+ * out-parameters only on success; em_last_error() says what went wrong. A file that is
+ * truncated, corrupt or inconsistent is EM_ERR_IO with the reason, e.g.
+ *   em_idx_load: images.idx: truncated: 47040016 bytes expected, 1000 found
+ * never a crash.
+ */
+#ifndef EMBER_IO_H
+#define EMBER_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ember/ember.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================================
+ * 1. Datasets: IDX files
+ * ====================================================================================== */
+
+/** An opaque in-memory dataset: N images of rows x cols unsigned bytes and N labels. Read-only
+ *  after loading, so it may be shared between threads. */
+typedef struct em_dataset em_dataset;
+
+/** Loads an IDX image file (magic 0x00000803: u8 [N, rows, cols]) and an IDX label file
+ *  (magic 0x00000801: u8 [N]), each plain or gzip-compressed (detected from its content), as in
+ *  the (Fashion-)MNIST distribution. *out gets a new dataset, released with
+ *  em_dataset_release. Errors: EM_ERR_ARG (a NULL argument), EM_ERR_IO (a file that cannot be
+ *  opened, is not IDX, has the wrong magic or element type, has zero rows or columns, is
+ *  truncated or longer than its header says, corrupt gzip data, image and label counts that
+ *  differ: the message names the file and the reason), EM_ERR_NOMEM. */
+em_status em_idx_load(const char *images_path, const char *labels_path, em_dataset **out);
+
+/** The number of samples N; 0 when ds is NULL. */
+int64_t em_dataset_size(const em_dataset *ds);
+
+/** Writes the image size into *rows and *cols (either may be NULL). EM_ERR_ARG if ds is
+ *  NULL. */
+em_status em_dataset_shape(const em_dataset *ds, int64_t *rows, int64_t *cols);
+
+/** The number of classes: the largest label plus one (0 for an empty dataset or NULL). */
+int64_t em_dataset_num_classes(const em_dataset *ds);
+
+/** Gathers the samples indices[0..n-1] into two new tensors on dev: *images, f32
+ *  [n, 1, rows, cols] with the bytes scaled to [0, 1] (x / 255), and *labels, i64 [n]. Both are
+ *  new references the caller releases; on failure neither is written. Errors: EM_ERR_ARG (NULL
+ *  argument, n == 0, an index outside [0, N)), EM_ERR_DEVICE, EM_ERR_NOMEM. */
+em_status em_dataset_batch(const em_dataset *ds, const int64_t *indices, size_t n,
+                           em_device dev, em_tensor **images, em_tensor **labels);
+
+/** Writes a permutation of 0..n-1 into perm[0..n-1], drawn from `seed` alone (Fisher-Yates
+ *  over a SplitMix64 stream with unbiased bounded draws): the same seed gives the same order on
+ *  every machine. EM_ERR_ARG if n < 0 or perm is NULL while n > 0. */
+em_status em_dataset_shuffle(int64_t n, uint64_t seed, int64_t *perm);
+
+/** Frees a dataset. NULL is a no-op. */
+void em_dataset_release(em_dataset *ds);
+
+/* ======================================================================================
+ * 2. safetensors
+ * ====================================================================================== */
+
+/** Named tensors, as loaded from a safetensors file, in the order of the file's header. */
+typedef struct em_tensor_map em_tensor_map;
+
+/** Writes n named tensors to `path` in the safetensors format: an 8-byte little-endian header
+ *  length, a JSON header {"name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]}}
+ *  padded with spaces to a multiple of 8 bytes, then the raw little-endian data in the order
+ *  given. Tensors may live on any device (they are read back with em_tensor_to_data); they are
+ *  borrowed. The file is written to "<path>.tmp" and renamed over `path` when complete.
+ *  Supported dtypes: f32 f64 f16 bf16 i64 i32 i16 i8 u8 bool. Errors: EM_ERR_ARG (NULL path,
+ *  NULL names or tensors with n > 0, a NULL or empty name, the reserved name "__metadata__", a
+ *  duplicate name, a NULL tensor), EM_ERR_DTYPE (a quantized tensor), EM_ERR_IO (the file
+ *  cannot be written), EM_ERR_NOMEM, and whatever em_tensor_to_data reports. */
+em_status em_safetensors_save(const char *path, const char *const *names,
+                              const em_tensor *const *tensors, size_t n);
+
+/** Reads the safetensors file at `path` and creates its tensors on dev. *out gets a new map,
+ *  released with em_tensor_map_release. Errors: EM_ERR_ARG (NULL argument), EM_ERR_IO (the file
+ *  cannot be read, or is invalid: see em_safetensors_load_buffer; the message names the file),
+ *  EM_ERR_DEVICE, EM_ERR_NOMEM. */
+em_status em_safetensors_load(const char *path, em_device dev, em_tensor_map **out);
+
+/** Parses a safetensors image of `len` bytes at `data` (borrowed; copied) and creates its
+ *  tensors on dev. Everything is validated and each failure is EM_ERR_IO with the reason: a
+ *  buffer shorter than 8 bytes, a header length beyond the buffer (or above 100 MB), a header
+ *  that is not a JSON object, an entry without a string "dtype", an integer array "shape" or a
+ *  two-integer "data_offsets", an unknown or unsupported dtype, rank > 8, a negative or
+ *  non-integer dimension, an element count that overflows, offsets out of range, reversed,
+ *  not matching shape x dtype size or overlapping another tensor's, duplicate names, a
+ *  "__metadata__" that is not an object of strings. Bool bytes other than 0 are read as 1.
+ *  Other errors: EM_ERR_ARG (NULL out, NULL data with len > 0), EM_ERR_DEVICE, EM_ERR_NOMEM. */
+em_status em_safetensors_load_buffer(const void *data, size_t len, em_device dev,
+                                     em_tensor_map **out);
+
+/** The number of tensors in m; 0 when m is NULL. */
+size_t em_tensor_map_size(const em_tensor_map *m);
+
+/** The name of the i-th tensor (header order), owned by m; NULL if m is NULL or i is out of
+ *  range. */
+const char *em_tensor_map_name(const em_tensor_map *m, size_t i);
+
+/** Writes a new reference to the tensor called `name` into *out (release it with
+ *  em_tensor_release). EM_ERR_ARG for a NULL argument or a name that is not in the map. */
+em_status em_tensor_map_get(const em_tensor_map *m, const char *name, em_tensor **out);
+
+/** Frees the map and releases its references to the tensors (tensors obtained with
+ *  em_tensor_map_get stay valid). NULL is a no-op. */
+void em_tensor_map_release(em_tensor_map *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EMBER_IO_H */

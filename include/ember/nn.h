@@ -1,0 +1,193 @@
+/*
+ * nn.h — neural-network building blocks on top of ember.h: named parameter sets, modules
+ * (layers), losses, optimizers, a learning-rate schedule and gradient clipping.
+ *
+ *   1. parameter sets            4. losses
+ *   2. module options and init   5. optimizers, schedule, clipping
+ *   3. modules
+ *
+ * Everything here is built on the public API only. The rules of ember.h hold: every fallible
+ * call returns an em_status and writes its results through out-parameters only on success;
+ * messages start with the function's name ("em_nn_linear: ...").
+ *
+ * A typical training step:
+ *
+ *     em_tensor *logits, *loss;  em_grads *g;  double scale;
+ *     em_module_forward(model, x, true, &logits);
+ *     em_loss_cross_entropy(logits, y, &loss);
+ *     em_backward(loss, &g);
+ *     em_clip_grad_norm(params, g, 1.0, NULL, &scale);   // or scale = 1
+ *     em_optimizer_step(opt, g, scale);
+ *     em_grads_release(g); em_tensor_release(loss); em_tensor_release(logits);
+ */
+#ifndef EMBER_NN_H
+#define EMBER_NN_H
+
+#include "ember/ember.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================================
+ * 1. Parameter sets: named references to the tensors a module owns
+ * ====================================================================================== */
+
+/** An ordered set of named parameters. Each entry refers to a slot (an `em_tensor *` held by
+ *  a module), not to a tensor: the set reads the slot's current tensor, and an optimizer
+ *  updates that tensor in place with em_tensor_assign. The set owns its names, not the
+ *  tensors; it must not outlive the modules whose slots it refers to. */
+typedef struct em_params em_params;
+
+/** A new, empty set (release with em_params_release). EM_ERR_ARG for NULL out, EM_ERR_NOMEM. */
+em_status em_params_create(em_params **out);
+/** Frees the set (not the tensors). NULL is a no-op. */
+void em_params_release(em_params *p);
+/** Appends an entry named `name` (copied) that refers to *slot. EM_ERR_ARG when p, name or
+ *  slot is NULL, *slot is NULL, or the name is already in the set; EM_ERR_NOMEM. */
+em_status em_params_add(em_params *p, const char *name, em_tensor **slot);
+/** The number of entries (0 for NULL). */
+size_t em_params_count(const em_params *p);
+/** The name of entry i (owned by the set), or NULL when p is NULL or i is out of range. */
+const char *em_params_name(const em_params *p, size_t i);
+/** The tensor entry i refers to now (borrowed), or NULL when out of range. */
+em_tensor *em_params_get(const em_params *p, size_t i);
+/** The slot of entry i, or NULL when out of range. */
+em_tensor **em_params_slot(const em_params *p, size_t i);
+/** The tensor of the entry named `name` (borrowed), or NULL when there is none. */
+em_tensor *em_params_find(const em_params *p, const char *name);
+
+/* ======================================================================================
+ * 2. Module options and initialization
+ * ====================================================================================== */
+
+typedef enum em_init {
+    /** PyTorch's default for Linear and Conv2d: weight and bias U(-1/sqrt(fan_in),
+     *  1/sqrt(fan_in)) (kaiming_uniform with a = sqrt 5). */
+    EM_INIT_KAIMING_UNIFORM = 0,
+    /** weight U(-a, a), a = sqrt(6 / (fan_in + fan_out)) (xavier_uniform, gain 1); bias 0. */
+    EM_INIT_XAVIER_UNIFORM
+} em_init;
+
+/** Where and how a module creates its parameters. On an autodiff device each parameter is a
+ *  leaf marked with em_tensor_require_grad. */
+typedef struct em_module_opts {
+    em_device device;
+    em_dtype dtype; /* a float dtype */
+    em_init init;
+    uint64_t seed;  /* the parameters' random numbers; each tensor gets its own derived seed */
+} em_module_opts;
+
+/** EM_F32, EM_INIT_KAIMING_UNIFORM on dev with seed. */
+em_module_opts em_module_opts_default(em_device dev, uint64_t seed);
+
+/* ======================================================================================
+ * 3. Modules
+ *
+ * An em_module is an opaque layer that owns its parameters. Constructors write a new module
+ * to *out (release with em_module_release). opts may be NULL for layers without parameters
+ * and means em_module_opts_default(em_device_default(), 0) otherwise.
+ * ====================================================================================== */
+
+typedef struct em_module em_module;
+
+/** y = x W^T + b: weight [out, in], bias [out] (when bias). x [..., in]. EM_ERR_ARG for
+ *  sizes < 1, a non-float dtype or NULL out. */
+em_status em_nn_linear(int64_t in_features, int64_t out_features, bool bias,
+                       const em_module_opts *opts, em_module **out);
+/** A square-kernel convolution: weight [out_ch, in_ch, k, k], bias [out_ch]; x [N, in_ch, H, W]. */
+em_status em_nn_conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
+                       int64_t padding, bool bias, const em_module_opts *opts, em_module **out);
+/** Max pooling with a square kernel; stride 0 means equal to kernel. */
+em_status em_nn_max_pool2d(int64_t kernel, int64_t stride, em_module **out);
+/** Flattens every dim after the first: [N, ...] -> [N, prod(...)]. */
+em_status em_nn_flatten(em_module **out);
+/** Dropout with probability p in [0, 1). Each training forward uses the current seed and then
+ *  advances it, so successive masks differ; in eval (training false) the identity. */
+em_status em_nn_dropout(double p, uint64_t seed, em_module **out);
+/** Layer normalization over the last dim of size `size` (eps 1e-5), with weight (ones) and
+ *  bias (zeros) parameters. */
+em_status em_nn_layer_norm(int64_t size, const em_module_opts *opts, em_module **out);
+em_status em_nn_relu(em_module **out);
+/** The exact (erf) GELU. */
+em_status em_nn_gelu(em_module **out);
+/** Runs n modules in order. Takes ownership of mods[0..n-1] on success AND on failure (they
+ *  are released if the sequential cannot be made). Parameter names are "<i>.<name>", as in
+ *  torch.nn.Sequential. EM_ERR_ARG when mods or an entry is NULL or n is 0. */
+em_status em_nn_sequential(em_module *const *mods, size_t n, em_module **out);
+
+/** Runs the module on x (borrowed); *y is a new reference. training selects dropout's
+ *  behaviour. Errors are those of the underlying ops (EM_ERR_SHAPE for a wrong input shape,
+ *  EM_ERR_DEVICE for x on another inner device, ...) with the op's message. */
+em_status em_module_forward(em_module *m, const em_tensor *x, bool training, em_tensor **y);
+/** Appends the module's parameters to params, each named prefix + "." + its name ("weight",
+ *  "bias", "0.weight", ...; without the prefix and dot when prefix is NULL or ""). */
+em_status em_module_params(em_module *m, const char *prefix, em_params *params);
+/** Frees the module, its children and its references to its parameters. NULL is a no-op. */
+void em_module_release(em_module *m);
+
+/** Re-initializes every weight of params (entries whose name ends in "weight" and that have
+ *  rank >= 2) with xavier_uniform from seed, and every "bias" with zeros. */
+em_status em_init_xavier_uniform(const em_params *params, uint64_t seed);
+
+/* ======================================================================================
+ * 4. Losses (0-d results; tracked when the inputs are)
+ * ====================================================================================== */
+
+/** Mean cross-entropy of logits [N, C] against class indices [N] (EM_I64/EM_I32) or
+ *  probabilities [N, C]: em_cross_entropy. */
+em_status em_loss_cross_entropy(const em_tensor *logits, const em_tensor *target,
+                                em_tensor **loss);
+/** mean((pred - target)^2); pred and target of one shape and dtype (EM_ERR_SHAPE,
+ *  EM_ERR_DTYPE otherwise). */
+em_status em_loss_mse(const em_tensor *pred, const em_tensor *target, em_tensor **loss);
+
+/* ======================================================================================
+ * 5. Optimizers, learning-rate schedule, gradient clipping
+ *
+ * An optimizer keeps the slots of a parameter set (copied at creation: entries added to the
+ * set later are not seen) and per-parameter state (untracked tensors on each parameter's
+ * inner device). The modules owning the slots must outlive it.
+ * ====================================================================================== */
+
+typedef struct em_optimizer em_optimizer;
+
+/** SGD as torch.optim.SGD (dampening 0, no Nesterov): g += wd p; with momentum, buf = g on
+ *  the first step, then buf = momentum buf + g, and g = buf; p -= lr g. EM_ERR_ARG for NULL,
+ *  lr < 0, momentum < 0 or weight_decay < 0. */
+em_status em_optimizer_sgd(const em_params *params, double lr, double momentum,
+                           double weight_decay, em_optimizer **out);
+/** Adam as torch.optim.Adam (weight decay added to the gradient). EM_ERR_ARG for NULL,
+ *  lr < 0, betas outside [0, 1), eps < 0, weight_decay < 0. */
+em_status em_optimizer_adam(const em_params *params, double lr, double beta1, double beta2,
+                            double eps, double weight_decay, em_optimizer **out);
+/** AdamW as torch.optim.AdamW (decoupled: p *= 1 - lr wd before the Adam update). */
+em_status em_optimizer_adamw(const em_params *params, double lr, double beta1, double beta2,
+                             double eps, double weight_decay, em_optimizer **out);
+/** Updates every parameter that has a gradient in g (others are skipped) in place with
+ *  em_tensor_assign, each gradient multiplied by grad_scale first (1 for none; the scale
+ *  em_clip_grad_norm gives). EM_ERR_ARG for NULL opt or g or a non-finite grad_scale; the
+ *  errors of the ops otherwise. */
+em_status em_optimizer_step(em_optimizer *opt, const em_grads *g, double grad_scale);
+/** Sets the learning rate used by the next steps. EM_ERR_ARG for NULL or lr < 0. */
+em_status em_optimizer_set_lr(em_optimizer *opt, double lr);
+/** The current learning rate (0 for NULL). */
+double em_optimizer_lr(const em_optimizer *opt);
+/** Frees the optimizer and its state. NULL is a no-op. */
+void em_optimizer_release(em_optimizer *opt);
+
+/** The step schedule (torch StepLR): base_lr * gamma^floor(epoch / step_size); base_lr when
+ *  step_size < 1. */
+double em_lr_step(double base_lr, int epoch, int step_size, double gamma);
+
+/** The global L2 norm of the gradients in g of the parameters of p, into *total_norm (may be
+ *  NULL), and the factor min(1, max_norm / (total + 1e-6)) into *scale, to pass to
+ *  em_optimizer_step (as torch.nn.utils.clip_grad_norm_). Parameters without a gradient
+ *  count as zero. EM_ERR_ARG for NULL p, g or scale, or max_norm <= 0. */
+em_status em_clip_grad_norm(const em_params *p, const em_grads *g, double max_norm,
+                            double *total_norm, double *scale);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EMBER_NN_H */

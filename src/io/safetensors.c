@@ -1,0 +1,532 @@
+/*
+ * safetensors.c — the safetensors format (https://github.com/huggingface/safetensors):
+ *   8 bytes   N, the header length, little-endian u64
+ *   N bytes   a JSON object {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]},
+ *             ..., "__metadata__": {"key": "value"}} (padded with spaces)
+ *   the rest  raw little-endian data; offsets count from the end of the header
+ * Save writes it; load validates every field before creating a tensor. JSON through cJSON.
+ *
+ * Built on the public API only (ember.h, io.h) plus em_backend_set_error for messages.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "ember/backend.h"
+#include "ember/ember.h"
+#include "ember/io.h"
+
+#define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000) /* the reference implementation's limit */
+#define ST_MAX_EXACT 9007199254740992.0            /* 2^53: integers JSON numbers hold exactly */
+
+struct em_tensor_map {
+    size_t n;
+    char **names;
+    em_tensor **tensors;
+};
+
+static const struct {
+    const char *name;
+    em_dtype dt;
+} st_dtypes[] = {
+    {"F32", EM_F32}, {"F64", EM_F64}, {"F16", EM_F16}, {"BF16", EM_BF16}, {"I64", EM_I64},
+    {"I32", EM_I32}, {"I16", EM_I16}, {"I8", EM_I8},   {"U8", EM_U8},     {"BOOL", EM_BOOL},
+};
+#define ST_NDTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
+
+/* Other dtypes of the format, known but not representable in ember. */
+static const char *const st_unsupported[] = {"U16", "U32", "U64", "F8_E4M3", "F8_E5M2",
+                                             "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
+
+static const char *st_dtype_name(em_dtype dt) {
+    for (size_t i = 0; i < ST_NDTYPES; i++)
+        if (st_dtypes[i].dt == dt) return st_dtypes[i].name;
+    return NULL;
+}
+
+static bool host_is_little_endian(void) {
+    const uint16_t one = 1;
+    uint8_t b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+/* Reverses the bytes of each `size`-byte element (for big-endian hosts). */
+static void swap_elements(uint8_t *p, size_t count, size_t size) {
+    if (size <= 1) return;
+    for (size_t i = 0; i < count; i++, p += size)
+        for (size_t a = 0, b = size - 1; a < b; a++, b--) {
+            uint8_t t = p[a];
+            p[a] = p[b];
+            p[b] = t;
+        }
+}
+
+void em_tensor_map_release(em_tensor_map *m) {
+    if (m == NULL) return;
+    for (size_t i = 0; i < m->n; i++) {
+        free(m->names[i]);
+        em_tensor_release(m->tensors[i]);
+    }
+    free(m->names);
+    free(m->tensors);
+    free(m);
+}
+
+size_t em_tensor_map_size(const em_tensor_map *m) { return m ? m->n : 0; }
+
+const char *em_tensor_map_name(const em_tensor_map *m, size_t i) {
+    return (m != NULL && i < m->n) ? m->names[i] : NULL;
+}
+
+em_status em_tensor_map_get(const em_tensor_map *m, const char *name, em_tensor **out) {
+    if (m == NULL || name == NULL || out == NULL)
+        return em_backend_set_error(EM_ERR_ARG, "em_tensor_map_get: %s is NULL",
+                                    m == NULL ? "m" : name == NULL ? "name" : "out");
+    for (size_t i = 0; i < m->n; i++)
+        if (strcmp(m->names[i], name) == 0) {
+            em_tensor_retain(m->tensors[i]);
+            *out = m->tensors[i];
+            return EM_OK;
+        }
+    return em_backend_set_error(EM_ERR_ARG, "em_tensor_map_get: no tensor named \"%s\"", name);
+}
+
+/* ---- loading -------------------------------------------------------------------------------- */
+
+/* One tensor entry of the header, validated. */
+typedef struct st_entry {
+    const char *name; /* points into the cJSON tree */
+    em_dtype dt;
+    int rank;
+    int64_t shape[EM_MAX_RANK];
+    uint64_t begin, end;
+} st_entry;
+
+/* A non-negative integer held exactly by a JSON number; false otherwise. */
+static bool json_uint(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return false;
+    double d = v->valuedouble;
+    if (!isfinite(d) || d < 0 || d > ST_MAX_EXACT || d != floor(d)) return false;
+    *out = (uint64_t)d;
+    return true;
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp((*(const st_entry *const *)a)->name, (*(const st_entry *const *)b)->name);
+}
+
+static int cmp_begin(const void *a, const void *b) {
+    const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* The message prefix: "em_safetensors_load: path" or "em_safetensors_load_buffer". */
+typedef struct st_ctx {
+    const char *fn;
+    const char *path; /* NULL for a buffer */
+} st_ctx;
+
+#define ST_FAIL(ctx, fmt, ...)                                                                  \
+    em_backend_set_error(EM_ERR_IO, "%s%s%s: " fmt, (ctx)->fn, (ctx)->path ? ": " : "",       \
+                         (ctx)->path ? (ctx)->path : "", __VA_ARGS__)
+
+/* Validates one header entry into *e. */
+static em_status parse_entry(const st_ctx *ctx, const cJSON *item, st_entry *e) {
+    const char *name = item->string;
+    if (!cJSON_IsObject(item)) return ST_FAIL(ctx, "tensor \"%s\": not a JSON object", name);
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(item, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
+    if (!cJSON_IsString(dtype) || dtype->valuestring == NULL)
+        return ST_FAIL(ctx, "tensor \"%s\": missing string \"dtype\"", name);
+    if (!cJSON_IsArray(shape))
+        return ST_FAIL(ctx, "tensor \"%s\": missing array \"shape\"", name);
+    if (!cJSON_IsArray(offs))
+        return ST_FAIL(ctx, "tensor \"%s\": missing array \"data_offsets\"", name);
+    e->name = name;
+    bool found = false;
+    for (size_t i = 0; i < ST_NDTYPES; i++)
+        if (strcmp(dtype->valuestring, st_dtypes[i].name) == 0) {
+            e->dt = st_dtypes[i].dt;
+            found = true;
+        }
+    if (!found) {
+        for (size_t i = 0; i < sizeof st_unsupported / sizeof st_unsupported[0]; i++)
+            if (strcmp(dtype->valuestring, st_unsupported[i]) == 0)
+                return ST_FAIL(ctx, "tensor \"%s\": dtype \"%s\" is not supported by ember",
+                               name, dtype->valuestring);
+        return ST_FAIL(ctx, "tensor \"%s\": unknown dtype \"%.32s\"", name, dtype->valuestring);
+    }
+    int rank = cJSON_GetArraySize(shape);
+    if (rank > EM_MAX_RANK)
+        return ST_FAIL(ctx, "tensor \"%s\": rank %d > %d", name, rank, EM_MAX_RANK);
+    e->rank = rank;
+    uint64_t numel = 1;
+    bool overflow = false;
+    int d = 0;
+    for (const cJSON *v = shape->child; v != NULL; v = v->next, d++) {
+        uint64_t dim;
+        if (!json_uint(v, &dim))
+            return ST_FAIL(ctx, "tensor \"%s\": shape[%d] is not a non-negative integer", name,
+                           d);
+        e->shape[d] = (int64_t)dim;
+        if (dim != 0 && numel > UINT64_MAX / dim) overflow = true;
+        else numel *= dim;
+    }
+    size_t esize = em_dtype_size(e->dt);
+    if (!overflow && numel > UINT64_MAX / esize) overflow = true;
+    /* A zero dim makes the tensor empty whatever the others are. */
+    for (int i = 0; i < rank; i++)
+        if (e->shape[i] == 0) overflow = false, numel = 0;
+    if (overflow || numel > (uint64_t)INT64_MAX)
+        return ST_FAIL(ctx, "tensor \"%s\": element count overflows", name);
+    if (cJSON_GetArraySize(offs) != 2 || !json_uint(offs->child, &e->begin) ||
+        !json_uint(offs->child->next, &e->end))
+        return ST_FAIL(ctx, "tensor \"%s\": data_offsets is not two non-negative integers",
+                       name);
+    if (e->end < e->begin)
+        return ST_FAIL(ctx, "tensor \"%s\": data_offsets [%llu, %llu] are reversed", name,
+                       (unsigned long long)e->begin, (unsigned long long)e->end);
+    uint64_t want = numel * esize;
+    if (e->end - e->begin != want)
+        return ST_FAIL(ctx,
+                       "tensor \"%s\": data_offsets [%llu, %llu] hold %llu bytes, but shape x "
+                       "dtype size is %llu",
+                       name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                       (unsigned long long)(e->end - e->begin), (unsigned long long)want);
+    return EM_OK;
+}
+
+static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_device dev,
+                          em_tensor_map **out) {
+    if (len < 8)
+        return ST_FAIL(ctx, "truncated: %zu bytes, too short for the 8-byte header length",
+                       len);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | buf[i];
+    if (hlen > ST_MAX_HEADER)
+        return ST_FAIL(ctx, "header length %llu exceeds the limit of %llu bytes",
+                       (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
+    if (hlen > len - 8)
+        return ST_FAIL(ctx, "truncated: header length %llu, but only %zu bytes follow",
+                       (unsigned long long)hlen, len - 8);
+    if (hlen < 2) return ST_FAIL(ctx, "header of %llu bytes is not a JSON object",
+                                 (unsigned long long)hlen);
+    const uint8_t *data = buf + 8 + hlen;
+    uint64_t data_len = len - 8 - hlen;
+
+    /* A NUL-terminated copy, so that the parser can never read past the header. */
+    char *text = malloc((size_t)hlen + 1);
+    if (text == NULL) return em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
+    memcpy(text, buf + 8, (size_t)hlen);
+    text[hlen] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, false);
+    em_status s = EM_OK;
+    st_entry *entries = NULL, **order = NULL;
+    em_tensor_map *m = NULL;
+    uint8_t *tmp = NULL;
+    if (root == NULL) {
+        size_t at = (end != NULL && end >= text) ? (size_t)(end - text) : 0;
+        s = ST_FAIL(ctx, "header is not valid JSON (error near byte %zu)", at);
+        goto done;
+    }
+    for (const char *p = end; p != NULL && p < text + hlen; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            s = ST_FAIL(ctx, "header has data after its JSON object (byte %zu)",
+                        (size_t)(p - text));
+            goto done;
+        }
+    if (!cJSON_IsObject(root)) {
+        s = ST_FAIL(ctx, "header is not a JSON object%s", "");
+        goto done;
+    }
+    size_t count = 0;
+    for (const cJSON *it = root->child; it != NULL; it = it->next) {
+        if (it->string == NULL) {
+            s = ST_FAIL(ctx, "header entry without a name%s", "");
+            goto done;
+        }
+        if (strcmp(it->string, "__metadata__") == 0) {
+            if (!cJSON_IsObject(it)) {
+                s = ST_FAIL(ctx, "__metadata__ is not an object%s", "");
+                goto done;
+            }
+            for (const cJSON *kv = it->child; kv != NULL; kv = kv->next)
+                if (!cJSON_IsString(kv)) {
+                    s = ST_FAIL(ctx, "__metadata__ \"%s\" is not a string",
+                                kv->string ? kv->string : "?");
+                    goto done;
+                }
+            continue;
+        }
+        count++;
+    }
+    entries = calloc(count ? count : 1, sizeof *entries);
+    order = calloc(count ? count : 1, sizeof *order);
+    m = calloc(1, sizeof *m);
+    if (entries == NULL || order == NULL || m == NULL) {
+        s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
+        goto done;
+    }
+    size_t k = 0, metas = 0;
+    for (const cJSON *it = root->child; it != NULL; it = it->next) {
+        if (strcmp(it->string, "__metadata__") == 0) {
+            if (++metas > 1) {
+                s = ST_FAIL(ctx, "duplicate name \"%s\"", "__metadata__");
+                goto done;
+            }
+            continue;
+        }
+        if ((s = parse_entry(ctx, it, &entries[k])) != EM_OK) goto done;
+        order[k] = &entries[k];
+        k++;
+    }
+    /* duplicates: neighbours once sorted by name */
+    qsort(order, count, sizeof *order, cmp_name);
+    for (size_t i = 1; i < count; i++)
+        if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
+            s = ST_FAIL(ctx, "duplicate name \"%s\"", order[i]->name);
+            goto done;
+        }
+    /* range and overlap: sorted by begin, each starts at or after the previous end */
+    qsort(order, count, sizeof *order, cmp_begin);
+    uint64_t max_end = 0;
+    const char *max_name = "";
+    for (size_t i = 0; i < count; i++) {
+        if (order[i]->end > data_len) {
+            s = ST_FAIL(ctx, "tensor \"%s\": data_offsets [%llu, %llu] exceed the %llu data "
+                        "bytes",
+                        order[i]->name, (unsigned long long)order[i]->begin,
+                        (unsigned long long)order[i]->end, (unsigned long long)data_len);
+            goto done;
+        }
+        if (order[i]->begin == order[i]->end) continue; /* empty: overlaps nothing */
+        if (order[i]->begin < max_end) {
+            s = ST_FAIL(ctx, "tensors \"%s\" and \"%s\" overlap", max_name, order[i]->name);
+            goto done;
+        }
+        max_end = order[i]->end;
+        max_name = order[i]->name;
+    }
+
+    /* Everything checks out: create the tensors, in header order. */
+    m->names = calloc(count ? count : 1, sizeof *m->names);
+    m->tensors = calloc(count ? count : 1, sizeof *m->tensors);
+    if (m->names == NULL || m->tensors == NULL) {
+        s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
+        goto done;
+    }
+    bool swap = !host_is_little_endian();
+    for (size_t i = 0; i < count; i++) {
+        const st_entry *e = &entries[i];
+        size_t bytes = (size_t)(e->end - e->begin), esize = em_dtype_size(e->dt);
+        const uint8_t *src = data + e->begin;
+        const void *p = src;
+        if (bytes > 0 && (swap || e->dt == EM_BOOL || ((uintptr_t)src % esize) != 0)) {
+            tmp = malloc(bytes);
+            if (tmp == NULL) {
+                s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory for tensor \"%s\"",
+                                         ctx->fn, e->name);
+                goto done;
+            }
+            memcpy(tmp, src, bytes);
+            if (e->dt == EM_BOOL)
+                for (size_t j = 0; j < bytes; j++) tmp[j] = tmp[j] != 0;
+            if (swap) swap_elements(tmp, bytes / esize, esize);
+            p = tmp;
+        }
+        static const uint8_t empty[8];
+        if (bytes == 0) p = empty;
+        em_tensor *t = NULL;
+        s = em_tensor_from_data(p, e->dt, e->rank ? e->shape : NULL, e->rank, dev, &t);
+        free(tmp);
+        tmp = NULL;
+        if (s != EM_OK) goto done;
+        m->tensors[m->n] = t;
+        m->names[m->n] = strdup(e->name);
+        m->n++;
+        if (m->names[m->n - 1] == NULL) {
+            s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
+            goto done;
+        }
+    }
+done:
+    free(tmp);
+    free(entries);
+    free(order);
+    cJSON_Delete(root);
+    free(text);
+    if (s != EM_OK) {
+        em_tensor_map_release(m);
+        return s;
+    }
+    *out = m;
+    return EM_OK;
+}
+
+em_status em_safetensors_load_buffer(const void *data, size_t len, em_device dev,
+                                     em_tensor_map **out) {
+    if (out == NULL)
+        return em_backend_set_error(EM_ERR_ARG, "em_safetensors_load_buffer: out is NULL");
+    if (data == NULL && len > 0)
+        return em_backend_set_error(EM_ERR_ARG, "em_safetensors_load_buffer: data is NULL");
+    static const uint8_t nothing[1];
+    st_ctx ctx = {"em_safetensors_load_buffer", NULL};
+    return st_parse(&ctx, data ? data : nothing, len, dev, out);
+}
+
+em_status em_safetensors_load(const char *path, em_device dev, em_tensor_map **out) {
+    static const char *fn = "em_safetensors_load";
+    if (path == NULL || out == NULL)
+        return em_backend_set_error(EM_ERR_ARG, "%s: %s is NULL", fn,
+                                    path == NULL ? "path" : "out");
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return em_backend_set_error(EM_ERR_IO, "%s: %s: cannot open", fn, path);
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return em_backend_set_error(EM_ERR_IO, "%s: %s: cannot determine its size", fn, path);
+    }
+    uint8_t *buf = malloc(size ? (size_t)size : 1);
+    if (buf == NULL) {
+        fclose(f);
+        return em_backend_set_error(EM_ERR_NOMEM, "%s: %s: out of memory for %ld bytes", fn,
+                                    path, size);
+    }
+    size_t got = fread(buf, 1, (size_t)size, f);
+    bool err = ferror(f) != 0;
+    fclose(f);
+    if (err || got != (size_t)size) {
+        free(buf);
+        return em_backend_set_error(EM_ERR_IO, "%s: %s: read error", fn, path);
+    }
+    st_ctx ctx = {fn, path};
+    em_status s = st_parse(&ctx, buf, got, dev, out);
+    free(buf);
+    return s;
+}
+
+/* ---- saving --------------------------------------------------------------------------------- */
+
+em_status em_safetensors_save(const char *path, const char *const *names,
+                              const em_tensor *const *tensors, size_t n) {
+    static const char *fn = "em_safetensors_save";
+    if (path == NULL) return em_backend_set_error(EM_ERR_ARG, "%s: path is NULL", fn);
+    if (n > 0 && (names == NULL || tensors == NULL))
+        return em_backend_set_error(EM_ERR_ARG, "%s: %s is NULL", fn,
+                                    names == NULL ? "names" : "tensors");
+    for (size_t i = 0; i < n; i++) {
+        if (names[i] == NULL || names[i][0] == '\0')
+            return em_backend_set_error(EM_ERR_ARG, "%s: names[%zu] is %s", fn, i,
+                                        names[i] == NULL ? "NULL" : "empty");
+        if (strcmp(names[i], "__metadata__") == 0)
+            return em_backend_set_error(EM_ERR_ARG, "%s: names[%zu]: \"__metadata__\" is "
+                                        "reserved", fn, i);
+        if (tensors[i] == NULL)
+            return em_backend_set_error(EM_ERR_ARG, "%s: tensors[%zu] is NULL", fn, i);
+        if (st_dtype_name(em_tensor_dtype(tensors[i])) == NULL)
+            return em_backend_set_error(EM_ERR_DTYPE, "%s: tensor \"%s\": dtype %s cannot be "
+                                        "saved", fn, names[i],
+                                        em_dtype_name(em_tensor_dtype(tensors[i])));
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(names[i], names[j]) == 0)
+                return em_backend_set_error(EM_ERR_ARG, "%s: duplicate name \"%s\"", fn,
+                                            names[i]);
+    }
+
+    em_status s = EM_OK;
+    cJSON *root = cJSON_CreateObject();
+    char *json = NULL, *tmp_path = NULL;
+    uint8_t *buf = NULL;
+    FILE *f = NULL;
+    if (root == NULL) goto nomem;
+    uint64_t offset = 0;
+    for (size_t i = 0; i < n; i++) {
+        const em_tensor *t = tensors[i];
+        uint64_t bytes = (uint64_t)em_tensor_numel(t) * em_dtype_size(em_tensor_dtype(t));
+        cJSON *e = cJSON_CreateObject();
+        if (e == NULL) goto nomem;
+        cJSON_AddItemToObject(root, names[i], e);
+        if (cJSON_AddStringToObject(e, "dtype", st_dtype_name(em_tensor_dtype(t))) == NULL)
+            goto nomem;
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        if (shape == NULL) goto nomem;
+        const int64_t *dims = em_tensor_shape(t);
+        for (int d = 0; d < em_tensor_rank(t); d++) {
+            cJSON *v = cJSON_CreateNumber((double)dims[d]);
+            if (v == NULL) goto nomem;
+            cJSON_AddItemToArray(shape, v);
+        }
+        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+        if (offs == NULL) goto nomem;
+        cJSON *b = cJSON_CreateNumber((double)offset), *en = cJSON_CreateNumber((double)(offset + bytes));
+        if (b == NULL || en == NULL) {
+            cJSON_Delete(b), cJSON_Delete(en);
+            goto nomem;
+        }
+        cJSON_AddItemToArray(offs, b);
+        cJSON_AddItemToArray(offs, en);
+        offset += bytes;
+    }
+    json = cJSON_PrintUnformatted(root);
+    if (json == NULL) goto nomem;
+    size_t jlen = strlen(json), padded = (jlen + 7) / 8 * 8;
+    size_t plen = strlen(path);
+    tmp_path = malloc(plen + 5);
+    if (tmp_path == NULL) goto nomem;
+    memcpy(tmp_path, path, plen);
+    memcpy(tmp_path + plen, ".tmp", 5);
+    f = fopen(tmp_path, "wb");
+    if (f == NULL) {
+        s = em_backend_set_error(EM_ERR_IO, "%s: %s: cannot open for writing", fn, tmp_path);
+        goto done;
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, jlen, f) == jlen;
+    for (size_t i = jlen; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    bool swap = !host_is_little_endian();
+    for (size_t i = 0; ok && i < n; i++) {
+        const em_tensor *t = tensors[i];
+        size_t esize = em_dtype_size(em_tensor_dtype(t));
+        size_t bytes = (size_t)em_tensor_numel(t) * esize;
+        if (bytes == 0) continue;
+        buf = malloc(bytes);
+        if (buf == NULL) goto nomem;
+        if ((s = em_tensor_to_data(t, buf, bytes)) != EM_OK) goto done;
+        if (swap) swap_elements(buf, bytes / esize, esize);
+        ok = fwrite(buf, 1, bytes, f) == bytes;
+        free(buf);
+        buf = NULL;
+    }
+    if (fclose(f) != 0) ok = false;
+    f = NULL;
+    if (!ok) {
+        s = em_backend_set_error(EM_ERR_IO, "%s: %s: write error", fn, tmp_path);
+        goto done;
+    }
+    if (rename(tmp_path, path) != 0) {
+        s = em_backend_set_error(EM_ERR_IO, "%s: cannot rename %s to %s", fn, tmp_path, path);
+        goto done;
+    }
+    goto done;
+nomem:
+    s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+done:
+    if (f != NULL) fclose(f);
+    if (s != EM_OK && tmp_path != NULL) remove(tmp_path);
+    free(buf);
+    free(tmp_path);
+    cJSON_free(json);
+    cJSON_Delete(root);
+    return s;
+}

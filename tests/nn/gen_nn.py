@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+"""gen_nn.py — golden values for tests/unit/test_nn.c, from PyTorch in float64.
+
+Writes golden_nn.txt beside this file: one line per array, `name n v0 v1 ...` (row-major,
+%.17g). Inputs and parameters are written too, so the C test sets them (em_tensor_assign)
+rather than reproducing any random generator. Every layer case is: the input x, the
+parameters, an upstream weight r; loss = sum(layer(x) * r); then y, dx and the parameters'
+gradients.  Run: /usr/bin/python3 tests/nn/gen_nn.py
+"""
+import os
+import torch
+
+torch.manual_seed(1234)
+D = torch.float64
+out = []
+
+
+def put(name, t):
+    t = t.detach().reshape(-1).tolist()
+    out.append(name + " " + str(len(t)) + " " + " ".join("%.17g" % v for v in t))
+
+
+def rnd(*shape):
+    return torch.rand(*shape, dtype=D) * 2 - 1
+
+
+def layer_case(name, mod, xshape, params):
+    x = rnd(*xshape).requires_grad_(True)
+    put(name + ".x", x)
+    for pn in params:
+        p = getattr(mod, pn)
+        with torch.no_grad():
+            p.copy_(rnd(*p.shape))
+        put(name + "." + pn, p)
+    y = mod(x)
+    r = rnd(*y.shape)
+    put(name + ".r", r)
+    (y * r).sum().backward()
+    put(name + ".y", y)
+    put(name + ".dx", x.grad)
+    for pn in params:
+        put(name + ".d" + pn, getattr(mod, pn).grad)
+
+
+nn = torch.nn
+layer_case("linear", nn.Linear(4, 5).double(), (3, 4), ["weight", "bias"])
+layer_case("linear_nobias", nn.Linear(4, 5, bias=False).double(), (2, 3, 4), ["weight"])
+layer_case("conv", nn.Conv2d(3, 4, 3, stride=2, padding=1).double(), (2, 3, 7, 7),
+           ["weight", "bias"])
+layer_case("pool", nn.MaxPool2d(2, 2).double(), (2, 3, 6, 6), [])
+layer_case("flatten", nn.Flatten().double(), (2, 3, 2, 2), [])
+layer_case("ln", nn.LayerNorm(6).double(), (4, 6), ["weight", "bias"])
+layer_case("relu", nn.ReLU(), (3, 5), [])
+layer_case("gelu", nn.GELU(), (3, 5), [])
+
+# losses
+logits = rnd(5, 4).requires_grad_(True)
+target = torch.tensor([0, 3, 1, 2, 3])
+put("ce.logits", logits)
+put("ce.target", target.double())
+loss = nn.functional.cross_entropy(logits, target)
+loss.backward()
+put("ce.loss", loss)
+put("ce.dlogits", logits.grad)
+
+pred = rnd(3, 4).requires_grad_(True)
+tgt = rnd(3, 4)
+put("mse.pred", pred)
+put("mse.target", tgt)
+loss = nn.functional.mse_loss(pred, tgt)
+loss.backward()
+put("mse.loss", loss)
+put("mse.dpred", pred.grad)
+
+# optimizers: a tiny model Linear(3, 4) -> ReLU -> Linear(4, 2), cross-entropy, 3 steps
+ox = rnd(6, 3)
+oy = torch.tensor([0, 1, 1, 0, 1, 0])
+put("opt.x", ox)
+put("opt.y", oy.double())
+init = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).double()
+with torch.no_grad():
+    for p in init.parameters():
+        p.copy_(rnd(*p.shape))
+for n, p in init.named_parameters():
+    put("opt.init." + n, p)
+
+# clip_grad_norm on the initial gradients
+m = __import__("copy").deepcopy(init)
+nn.functional.cross_entropy(m(ox), oy).backward()
+total = torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+put("clip.total", total)
+put("clip.scale", torch.clamp(0.5 / (total + 1e-6), max=1.0))
+
+cases = {
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
+    "sgdplain": lambda ps: torch.optim.SGD(ps, lr=0.1),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=0.01, betas=(0.9, 0.999), eps=1e-8,
+                                        weight_decay=0.01),
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, betas=(0.9, 0.999), eps=1e-8,
+                                          weight_decay=0.1),
+}
+for cname, mk in cases.items():
+    m = __import__("copy").deepcopy(init)
+    opt = mk(m.parameters())
+    for step in range(3):
+        opt.zero_grad()
+        nn.functional.cross_entropy(m(ox), oy).backward()
+        opt.step()
+        for n, p in m.named_parameters():
+            put("%s.%d.%s" % (cname, step, n), p)
+
+path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden_nn.txt")
+with open(path, "w") as f:
+    f.write("# written by gen_nn.py (PyTorch %s, float64); do not edit\n" % torch.__version__)
+    f.write("\n".join(out) + "\n")
+print("wrote", path, len(out), "arrays")
