@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/run.sh — sets up ember and runs its main job: installs the Debian packages it needs,
 # builds it (Release, under build/release), then shows what this build and machine have
-# (ember-info), runs the README's example (examples/hello.c) and the dispatch benchmark
-# (public API vs the ref kernel called directly).
-# Environment: JOBS (default 2), EMBER_DEVICE (the device the example runs on).
+# (ember-info), runs the main job — one epoch of the MLP on Fashion-MNIST with ember-train on
+# the default device, then its test accuracy — and then the README's example
+# (examples/hello.c) and the dispatch benchmark (public API vs the ref kernel called directly).
+# Environment: JOBS (default 2), EMBER_DEVICE (the device ember-train and the example run on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${JOBS:-2}
@@ -18,6 +19,9 @@ cmake --build build/release -j "$jobs"
 
 step "ember-info"
 build/release/ember-info
+
+step "ember-train --epochs 1 (the main job)"
+build/release/ember-train --epochs 1
 
 step "examples/hello"
 if [ ! -x build/release/examples/hello ]; then
