@@ -34,6 +34,15 @@ int conf_ints(const conf_params *p, const char *key, int64_t *out, int cap) {
     return q->n;
 }
 
+conf_fn golden_find_op(const char *name) {
+    static const conf_op *const families[] = {conf_ops_elementwise, conf_ops_reduce,
+                                              conf_ops_layout, conf_ops_nn};
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+        for (const conf_op *o = families[f]; o->name; o++)
+            if (strcmp(o->name, name) == 0) return o->fn;
+    return NULL;
+}
+
 /* ---- parsing ---- */
 
 bool golden_is_float(em_dtype dt) { return em_dtype_kind(dt) == EM_KIND_FLOAT; }

@@ -45,6 +45,8 @@ void golden_free(golden_case *c);
 /** The case's view of input t applied to base (a new reference: base itself, retained, when
  *  the input has no view). */
 em_status golden_view(const golden_tensor *t, em_tensor *base, em_tensor **out);
+/** The wrapper of op `name` in the tables of ops_*.c, or NULL. */
+conf_fn golden_find_op(const char *name);
 /** True for the float dtypes. */
 bool golden_is_float(em_dtype dt);
 

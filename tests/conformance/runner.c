@@ -145,16 +145,6 @@ static bool compare(const golden_tensor *got, const golden_tensor *want, const g
 
 /* ---- running ---- */
 
-static const conf_op *const families[] = {conf_ops_elementwise, conf_ops_reduce, conf_ops_layout,
-                                          conf_ops_nn};
-
-static conf_fn find_op(const char *name) {
-    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
-        for (const conf_op *o = families[f]; o->name; o++)
-            if (strcmp(o->name, name) == 0) return o->fn;
-    return NULL;
-}
-
 typedef struct run_result {
     em_status status;
     char error[256];
@@ -291,7 +281,7 @@ int main(int argc, char **argv) {
     while ((rc = golden_next(f, path, &lineno, c)) == 1) {
         if (filter && !strstr(c->name, filter)) continue;
         cases++;
-        conf_fn fn = find_op(c->op);
+        conf_fn fn = golden_find_op(c->op);
         run_result ref_r;
         char msg[512];
         if (!fn) {

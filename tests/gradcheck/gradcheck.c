@@ -464,16 +464,6 @@ static void note_fail(const char *op, const char *what) {
 
 /* ---- the table ---- */
 
-static const conf_op *const families[] = {conf_ops_elementwise, conf_ops_reduce, conf_ops_layout,
-                                          conf_ops_nn};
-
-static conf_fn find_op(const char *name) {
-    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
-        for (const conf_op *o = families[f]; o->name; o++)
-            if (strcmp(o->name, name) == 0) return o->fn;
-    return NULL;
-}
-
 static bool no_grad_op(const char *op) {
     for (size_t i = 0; i < sizeof no_grad_ops / sizeof no_grad_ops[0]; i++)
         if (strcmp(no_grad_ops[i], op) == 0) return true;
@@ -756,7 +746,7 @@ int main(int argc, char **argv) {
             st.skipped++;
         }
         if (!skip && any_float && finite) {
-            conf_fn fn = find_op(c->op);
+            conf_fn fn = golden_find_op(c->op);
             cases++;
             if (!fn) {
                 fail_line(&st, c, "all", "no wrapper for this op");
