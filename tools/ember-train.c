@@ -9,7 +9,7 @@
  *
  * --limit N trains on the first N images of the shuffled training set; --test-limit N
  * evaluates on the first N test images only (both for quick runs and tests). SGD's learning
- * rate is 0.01 unless --lr is given (Adam's 1e-3). --eval (with --load) only evaluates; its
+ * rate is 0.01 unless --lr is given (Adam's 3e-3). --eval (with --load) only evaluates; its
  * final line reports loss=nan.
  *
  * The last line of the output is machine-readable:
@@ -158,9 +158,11 @@ static em_status build_model(const char *kind, em_device dev, uint64_t seed, em_
     em_module *m[11] = {NULL};
     size_t n = 0;
     em_status s = EM_OK;
+    /* each layer draws its own numbers (the same opts would give every layer one stream) */
 #define ADD(call)                                                                              \
     do {                                                                                       \
         if (s == EM_OK) {                                                                      \
+            o.seed = seed * 1000003u + (uint64_t)n;                                            \
             s = (call);                                                                        \
             if (s == EM_OK) n++;                                                               \
         }                                                                                      \
@@ -251,7 +253,7 @@ static void progress(bool tty, int epoch, int64_t done, int64_t total, double lo
 }
 
 int main(int argc, char **argv) {
-    config c = {.model = "mlp", .optimizer = "adam", .epochs = 1, .batch = 64, .lr = 1e-3,
+    config c = {.model = "mlp", .optimizer = "adam", .epochs = 1, .batch = 64, .lr = 3e-3,
                 .momentum = 0.9, .seed = 1};
     int rc = parse_args(argc, argv, &c);
     if (rc < 0) {

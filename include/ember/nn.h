@@ -75,7 +75,9 @@ typedef struct em_module_opts {
     em_device device;
     em_dtype dtype; /* a float dtype */
     em_init init;
-    uint64_t seed;  /* the parameters' random numbers; each tensor gets its own derived seed */
+    uint64_t seed;  /* the parameters' random numbers; each tensor of a layer gets its own
+                       derived seed, but two layers built with one seed draw the same numbers:
+                       give each layer its own (as ember-train does) */
 } em_module_opts;
 
 /** EM_F32, EM_INIT_KAIMING_UNIFORM on dev with seed. */

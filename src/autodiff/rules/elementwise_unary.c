@@ -162,7 +162,8 @@ static em_status relu_backward(emi_ad_bw *bw) {
     em_tensor *x, *pos = NULL, *zero = NULL;
     em_status s = emi_bw_output(bw, &x);
     if (s == EM_OK) s = em_gt_scalar(x, 0.0, &pos);
-    if (s == EM_OK) s = em_full_like(bw->grad, 0.0, &zero);
+    if (s == EM_OK) /* a 0-d zero, broadcast by where */
+        s = em_full(NULL, 0, 0.0, em_tensor_dtype(bw->grad), em_tensor_device(bw->grad), &zero);
     if (s == EM_OK) s = em_where(pos, bw->grad, zero, &bw->gin[0]);
     em_tensor_release(pos);
     em_tensor_release(zero);

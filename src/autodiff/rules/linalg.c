@@ -31,6 +31,29 @@ static em_status mm_put(emi_ad_bw *bw, int i, em_tensor *t) {
     return s;
 }
 
+/* True when t is a 2-d column-major matrix (the transpose of a contiguous one, as a Linear
+ * layer's weight is used), whose gradient is then best made in that layout too: computed as
+ * the transpose of a contiguous product, so that the transpose backward hands the weight a
+ * contiguous gradient (the optimizer's elementwise ops then run on dense memory). */
+static bool mm_col_major(const em_tensor *t) {
+    const em_view *v = &t->v;
+    return v->rank == 2 && v->shape[0] > 1 && v->shape[1] > 1 && v->strides[0] == 1 &&
+           v->strides[1] == v->shape[0];
+}
+
+/* *out = (x @ y)^T computed as y^T @ x^T (a contiguous product, returned transposed). */
+static em_status mm_transposed(em_tensor *x, em_tensor *y, em_tensor **out) {
+    em_tensor *xt = NULL, *yt = NULL, *p = NULL;
+    em_status s = em_transpose(x, -1, -2, &xt);
+    if (s == EM_OK) s = em_transpose(y, -1, -2, &yt);
+    if (s == EM_OK) s = em_matmul(yt, xt, &p);
+    if (s == EM_OK) s = em_transpose(p, -1, -2, out);
+    em_tensor_release(xt);
+    em_tensor_release(yt);
+    em_tensor_release(p);
+    return s;
+}
+
 /* With the operands promoted as the forward did (a 1-d a as [1, k], a 1-d b as [k, 1]) and
  * g given back the dims their promotion removed from the result ([batch..., m, n]):
  *   ga = g @ b^T   ([batch..., m, k]),   gb = a^T @ g   ([batch..., k, n]),
@@ -51,7 +74,11 @@ static em_status matmul_backward(emi_ad_bw *bw) {
     L_TRY(ra == 1 ? em_unsqueeze(g1, -2, &g2) : mm_keep(g1, &g2));
     if (bw->need[0]) {
         L_TRY(em_transpose(b2, -1, -2, &t));
-        L_TRY(em_matmul(g2, t, &p)); /* [batch..., m, k] */
+        if (ra == 2 && em_tensor_rank(g2) == 2 && mm_col_major(a)) {
+            L_TRY(mm_transposed(g2, t, &p)); /* [m, k], a's layout */
+        } else {
+            L_TRY(em_matmul(g2, t, &p)); /* [batch..., m, k] */
+        }
         em_tensor_release(t);
         t = NULL;
         if (ra == 1) {
@@ -66,7 +93,11 @@ static em_status matmul_backward(emi_ad_bw *bw) {
     }
     if (bw->need[1]) {
         L_TRY(em_transpose(a2, -1, -2, &t));
-        L_TRY(em_matmul(t, g2, &p)); /* [batch..., k, n] */
+        if (rb == 2 && em_tensor_rank(g2) == 2 && mm_col_major(b)) {
+            L_TRY(mm_transposed(t, g2, &p)); /* [k, n], b's layout */
+        } else {
+            L_TRY(em_matmul(t, g2, &p)); /* [batch..., k, n] */
+        }
         if (rb == 1) {
             L_TRY(em_squeeze(p, -1, &q));
             em_tensor_release(p);

@@ -269,10 +269,12 @@ typedef struct direct_job {
                 UNROLL for (int v = 0; v < NVV; v++)                                               \
                     *(VU *)(orow + ob * OHW + ox0 + v * VL) = acc[ob][v];                          \
         } else {                                                                                   \
+            /* through a buffer, by an inline loop (the cpu sources are built with             \
+               -fno-tree-loop-distribute-patterns: a memcpy call per row cost more) */             \
             UNROLL for (int ob = 0; ob < OB; ob++) {                                               \
-                T tmp[NVV * VL];                                                                   \
+                T tmp[NVV * VL], *o_ = orow + ob * OHW + ox0;                                      \
                 UNROLL for (int v = 0; v < NVV; v++) *(VU *)(tmp + v * VL) = acc[ob][v];           \
-                memcpy(orow + ob * OHW + ox0, tmp, (size_t)(OW - ox0) * sizeof(T));                \
+                for (int64_t e_ = 0; e_ < OW - ox0; e_++) o_[e_] = tmp[e_];                        \
             }                                                                                      \
         }                                                                                          \
     }

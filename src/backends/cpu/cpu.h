@@ -92,6 +92,16 @@ em_status cpu_binary(void *ctx, em_binary_op op, const em_view *out, const em_vi
                      const em_view *b);
 em_status cpu_binary_scalar(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
                             double s);
+/* compare.c: dense f32/f64 comparisons (false: not handled, the caller falls back) */
+bool cpu_compare(em_binary_op op, const em_view *out, const em_view *a, const em_view *b);
+bool cpu_compare_scalar(em_binary_op op, const em_view *out, const em_view *a, double s);
+/* index.c */
+em_status cpu_gather(void *ctx, const em_view *out, const em_view *in, int dim,
+                     const em_view *index);
+em_status cpu_scatter_add(void *ctx, const em_view *out, int dim, const em_view *index,
+                          const em_view *src);
+em_status cpu_where(void *ctx, const em_view *out, const em_view *cond, const em_view *a,
+                    const em_view *b);
 /* reduce.c */
 em_status cpu_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_view *in,
                      int dim, const double *params);

@@ -213,6 +213,7 @@ em_status cpu_binary(void *ctx, em_binary_op op, const em_view *out, const em_vi
         cpu_parallel_for(rows, grain, binary_range, &j);
         return EM_OK;
     }
+    if (cpu_compare(op, out, a, b)) return EM_OK;
     return cpu_ref()->binary(ctx, op, out, a, b);
 }
 
@@ -236,6 +237,7 @@ em_status cpu_binary_scalar(void *ctx, em_binary_op op, const em_view *out, cons
                             double s) {
     bool fast = (a->dtype == EM_F32 || a->dtype == EM_F64) && out->dtype == a->dtype &&
                 op <= EM_BIN_MIN && cpu_contiguous(out) && cpu_contiguous(a);
+    if (!fast && cpu_compare_scalar(op, out, a, s)) return EM_OK;
     if (!fast) return cpu_ref()->binary_scalar(ctx, op, out, a, s);
     scalar_job j = {op, cpu_ptr(out), cpu_ptr(a), a->dtype, s};
     cpu_parallel_for(cpu_numel(out), CPU_GRAIN, scalar_range, &j);
