@@ -11,13 +11,18 @@
 #   libcjson-dev                           cJSON: safetensors headers (src/io)
 #   zlib1g-dev                             zlib: reading gzip-compressed IDX files (src/io)
 #   dataset-fashion-mnist                  Fashion-MNIST, the data ember-train and test_io use
+#   ocl-icd-opencl-dev, opencl-c-headers   the opencl backend: the OpenCL ICD loader and headers
+#   pocl-opencl-icd, clinfo                PoCL, an OpenCL driver on the CPU (CI runs the opencl
+#                                          backend's tests on it); clinfo lists OpenCL devices
+#   libsodium-dev                          the remote backend: HMAC-SHA256 challenge-response
 #
 # With --bench it also installs what bench/ compares against: python3-torch (PyTorch) and
 # libtorch-dev (its C++ API, for at::add). Large; the tests do not need them.
 set -euo pipefail
 
 packages=(cmake ninja-build gcc g++ clang libclang-rt-dev pkg-config libopenblas-dev libcmocka-dev
-          python3-numpy libcjson-dev zlib1g-dev dataset-fashion-mnist)
+          python3-numpy libcjson-dev zlib1g-dev dataset-fashion-mnist
+          ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libsodium-dev)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(python3-torch libtorch-dev)
 fi

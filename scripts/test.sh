@@ -7,15 +7,18 @@
 #   5. installs that build to a temporary prefix and builds examples/hello.c against it,
 #      once with find_package(ember) and once with pkg-config,
 #   6. with clang present, the libFuzzer targets: fuzz_device_parse for ~30 s, then
-#      fuzz_safetensors (em_safetensors_load_buffer) for ~20 s.
+#      fuzz_safetensors (em_safetensors_load_buffer) for ~20 s, then fuzz_remote_decode (the
+#      remote protocol's message decoder) for ~20 s.
 # Exits non-zero on the first failure. Build trees go under build/ (ignored by git).
-# Environment: JOBS (default 2), FUZZ_SECONDS (default 30), ST_FUZZ_SECONDS (default 20).
+# Environment: JOBS (default 2), FUZZ_SECONDS (default 30), ST_FUZZ_SECONDS and
+# RD_FUZZ_SECONDS (default 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 jobs=${JOBS:-2}
 fuzz_seconds=${FUZZ_SECONDS:-30}
 st_fuzz_seconds=${ST_FUZZ_SECONDS:-20}
+rd_fuzz_seconds=${RD_FUZZ_SECONDS:-20}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 step() { printf '\n==== %s\n' "$*"; }
@@ -55,6 +58,7 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debu
     -DEMBER_WERROR=ON -DEMBER_SANITIZE=address,undefined
 cmake --build build/asan -j "$jobs"
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/lsan.supp} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     ctest --test-dir build/asan --output-on-failure -j "$jobs" | tee "$tmp/ctest-asan.log"
 
@@ -91,6 +95,11 @@ if command -v clang >/dev/null 2>&1; then
     mkdir -p "$tmp/corpus-st"
     build/fuzz/tests/fuzz/fuzz_safetensors -max_total_time="$st_fuzz_seconds" -timeout=10 \
         -print_final_stats=1 "$tmp/corpus-st" tests/fuzz/corpus/safetensors
+    step "libFuzzer: fuzz_remote_decode for ${rd_fuzz_seconds} s"
+    cmake --build build/fuzz -j "$jobs" --target fuzz_remote_decode
+    mkdir -p "$tmp/corpus-rd"
+    build/fuzz/tests/fuzz/fuzz_remote_decode -max_total_time="$rd_fuzz_seconds" -timeout=10 \
+        -print_final_stats=1 "$tmp/corpus-rd" tests/fuzz/corpus/remote_decode
 else
     echo "clang not found: skipping the fuzz run"
 fi

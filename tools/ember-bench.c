@@ -39,6 +39,14 @@ static const bench_cmd COMMANDS[] = {
     {"cpu", "[--rounds 5] [--tiny]",
      "the cpu backend vs OpenBLAS, plain C loops and ref (PyTorch: bench/cpu_vs_torch.py)",
      bench_cpu},
+    {"opencl", "[--rounds 5] [--device opencl:0]",
+     "opencl:0 vs the cpu backend: matmul and elementwise throughput, with ratios",
+     bench_opencl},
+#ifdef EMBER_WITH_REMOTE /* remote (issue 7) */
+    {"remote", "[--mb 64] [--rounds 5] [--ops 20000] [--device cpu]",
+     "remote on loopback: round trips, pipelined ops, bulk MB/s vs raw TCP (goal >= 0.8)",
+     bench_remote},
+#endif
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

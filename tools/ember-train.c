@@ -30,6 +30,7 @@
 #include "ember/ember.h"
 #include "ember/io.h"
 #include "ember/nn.h"
+#include "ember/remote.h" /* remote (issue 7) */
 
 #define TRY(call)                                                                              \
     do {                                                                                       \
@@ -252,6 +253,27 @@ static void progress(bool tty, int epoch, int64_t done, int64_t total, double lo
     }
 }
 
+/* ---- remote (issue 7): `--device remote:HOST:PORT` connects to an ember-server, with the
+ * token read from the file named by $EMBER_REMOTE_TOKEN_FILE (its trailing newline dropped);
+ * the device is then remote:N. Returns 0, or 2 after printing the reason. ---- */
+static int connect_remote(const char *spec, em_device *out) {
+    char addr[256], token[4097] = "";
+    snprintf(addr, sizeof addr, "%s", spec + strlen("remote:"));
+    addr[strcspn(addr, "+")] = '\0'; /* ember-train does its own autodiff wrapping */
+    const char *path = getenv("EMBER_REMOTE_TOKEN_FILE");
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) return bad("%s: set EMBER_REMOTE_TOKEN_FILE to a readable token file%s", spec, "");
+    size_t n = fread(token, 1, sizeof token - 1, f);
+    fclose(f);
+    token[n] = '\0';
+    if (n && token[n - 1] == '\n') token[--n] = '\0';
+    if (n && token[n - 1] == '\r') token[--n] = '\0';
+    if (em_remote_connect(addr, token, out) != EM_OK)
+        return bad("device '%s': %s", spec, em_last_error());
+    return 0;
+}
+/* ---- end remote ---- */
+
 int main(int argc, char **argv) {
     config c = {.model = "mlp", .optimizer = "adam", .epochs = 1, .batch = 64, .lr = 3e-3,
                 .momentum = 0.9, .seed = 1};
@@ -265,6 +287,10 @@ int main(int argc, char **argv) {
 
     /* the devices: dev (autodiff) for training, inner (plain) for evaluation */
     em_device base = em_device_default(), dev, inner;
+    /* ---- remote (issue 7) ---- */
+    if (c.device != NULL && strncmp(c.device, "remote:", 7) == 0 && strchr(c.device + 7, ':')) {
+        if ((rc = connect_remote(c.device, &base)) != 0) return rc;
+    } else /* ---- end remote ---- */
     if (c.device != NULL && em_device_parse(c.device, &base) != EM_OK)
         return bad("unknown device '%s': %s", c.device, em_last_error());
     inner = base;

@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define EM_BACKEND_ABI_VERSION 1u
+#define EM_BACKEND_ABI_VERSION 2u /* 2: read_many appended */
 
 /** A tensor's placement inside a backend buffer. */
 typedef struct em_view {
@@ -209,6 +209,13 @@ typedef struct em_backend_ops {
     em_status (*layer_norm)(void *ctx, const em_view *out, const em_view *x,
                             const em_view *weight, const em_view *bias, int64_t norm_numel,
                             double eps);
+
+    /* ---- batched transfers (ABI 2) ---- */
+    /** Reads n buffers' byte ranges at once (the remote backend: in one round trip): bytes[i]
+     *  bytes from offset offsets[i] of bufs[i] into dsts[i]. May be NULL: the core then calls
+     *  `read` n times. Used by em_read_many. */
+    em_status (*read_many)(void *ctx, int n, const void *const *bufs, const size_t *offsets,
+                           void *const *dsts, const size_t *bytes);
 } em_backend_ops;
 
 /** Registers an out-of-tree backend (or replaces nothing: an id already taken is

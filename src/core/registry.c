@@ -9,6 +9,12 @@ extern const em_backend_ops em_ref_backend_ops;
 #ifdef EMBER_WITH_CPU
 extern const em_backend_ops em_cpu_backend_ops;
 #endif
+#ifdef EMBER_WITH_OPENCL
+extern const em_backend_ops em_opencl_backend_ops;
+#endif
+#ifdef EMBER_WITH_REMOTE
+extern const em_backend_ops em_remote_backend_ops;
+#endif
 
 static pthread_mutex_t emi_reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t emi_reg_once = PTHREAD_ONCE_INIT;
@@ -51,6 +57,12 @@ static void emi_reg_init(void) {
     emi_install(&em_ref_backend_ops);
 #ifdef EMBER_WITH_CPU
     emi_install(&em_cpu_backend_ops);
+#endif
+#ifdef EMBER_WITH_OPENCL
+    emi_install(&em_opencl_backend_ops);
+#endif
+#ifdef EMBER_WITH_REMOTE
+    emi_install(&em_remote_backend_ops);
 #endif
 }
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "golden.h"
+#include "ember/remote.h" /* remote (issue 7): --remote */
 
 /* ---- building inputs ---- */
 
@@ -239,8 +240,13 @@ static bool check(const golden_case *c, const run_result *r, const golden_tensor
 int main(int argc, char **argv) {
     const char *path = NULL, *filter = NULL, *only_dev = NULL;
     bool verbose = false;
+    const char *remote_addr = NULL, *remote_token_file = NULL; /* remote (issue 7) */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
+        /* ---- remote (issue 7): --remote ADDR --token-file F ---- */
+        else if (strcmp(argv[i], "--remote") == 0 && i + 1 < argc) remote_addr = argv[++i];
+        else if (strcmp(argv[i], "--token-file") == 0 && i + 1 < argc) remote_token_file = argv[++i];
+        /* ---- end remote ---- */
         else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) only_dev = argv[++i];
         else if (strcmp(argv[i], "--verbose") == 0) verbose = true;
         else path = argv[i];
@@ -254,6 +260,23 @@ int main(int argc, char **argv) {
         fprintf(stderr, "conformance: cannot open %s\n", path);
         return 2;
     }
+    /* ---- remote (issue 7): connect to an ember-server first: it becomes remote:N ---- */
+    if (remote_addr) {
+        char token[4097] = "";
+        FILE *tf = remote_token_file ? fopen(remote_token_file, "rb") : NULL;
+        size_t tn = tf ? fread(token, 1, sizeof token - 1, tf) : 0;
+        if (tf) fclose(tf);
+        token[tn] = '\0';
+        if (tn && token[tn - 1] == '\n') token[--tn] = '\0';
+        if (tn && token[tn - 1] == '\r') token[--tn] = '\0';
+        em_device rdev;
+        if (em_remote_connect(remote_addr, token, &rdev) != EM_OK) {
+            fprintf(stderr, "conformance: %s\n", em_last_error());
+            fclose(f);
+            return 2;
+        }
+    }
+    /* ---- end remote ---- */
     /* every device present, and each of them wrapped for autodiff with both strategies: the
      * table's forward results must not change when the ops are recorded */
     em_device found[64], devs[64 * 3];

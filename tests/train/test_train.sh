@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# test_train.sh EMBER_TRAIN — ember-train end to end: on ref and cpu (where present), the MLP on
-# the first 1000 shuffled Fashion-MNIST images for 2 epochs must reach a mean training loss of
-# the last epoch below BOUND (measured: 1.0096 on both with seed 1, from ~2.30 at the start);
-# bad flags and values must exit 2. Exits 77 (ctest SKIP_RETURN_CODE) without the data set.
+# test_train.sh EMBER_TRAIN — ember-train end to end: on ref, cpu and opencl:0 (where present),
+# the MLP on the first 1000 shuffled Fashion-MNIST images for 2 epochs must reach a mean training
+# loss of the last epoch below BOUND (from ~2.30 at the start), and every device's loss curve
+# (each epoch's mean loss) must match cpu's within CURVE_TOL (relative: same model, same data,
+# f32 sums in another order); bad flags and values must exit 2. Exits 77 (ctest
+# SKIP_RETURN_CODE) without the data set.
 set -u
 bin=$1
 BOUND=1.4
+CURVE_TOL=0.01
 dir=${EMBER_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 fail=0
 for bad in "--bogus" "--epochs 0" "--epochs x" "--model rnn" "--optimizer rmsprop" \
@@ -24,7 +27,8 @@ if [ ! -r "$dir/train-images-idx3-ubyte.gz" ] || [ ! -r "$dir/t10k-images-idx3-u
     echo "skipping: Fashion-MNIST not found in $dir (apt-get install dataset-fashion-mnist)"
     [ $fail = 0 ] && exit 77 || exit 1
 fi
-for dev in ref cpu; do
+curve_cpu=
+for dev in cpu ref opencl:0; do
     out=$("$bin" --device "$dev" --limit 1000 --epochs 2 --batch 50 --seed 1 --test-limit 1000 2>&1)
     rc=$?
     if [ $rc = 2 ] && [ "$dev" != ref ] && echo "$out" | grep -q "unknown device\|device '"; then
@@ -38,6 +42,18 @@ for dev in ref cpu; do
         echo "FAIL: $dev: exit $rc, final loss '$loss' not below $BOUND"
         echo "$out" | tail -5
         fail=1
+    fi
+    curve=$(echo "$out" | sed -n 's/^epoch [0-9]*: .*mean loss \([0-9.]*\).*/\1/p' | tr '\n' ' ')
+    if [ "$dev" = cpu ]; then
+        curve_cpu=$curve
+    elif [ -n "$curve_cpu" ] && ! awk -v a="$curve_cpu" -v b="$curve" -v t="$CURVE_TOL" 'BEGIN{
+            n = split(a, x, " "); m = split(b, y, " "); if (n != m || n == 0) exit 1;
+            for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > t * x[i]) exit 1 }
+            exit 0 }'; then
+        echo "FAIL: $dev: loss curve [$curve] differs from cpu's [$curve_cpu] by more than $CURVE_TOL"
+        fail=1
+    else
+        echo "$dev: loss curve [$curve] (cpu [$curve_cpu])"
     fi
 done
 exit $fail

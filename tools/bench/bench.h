@@ -17,5 +17,7 @@ void bench_loop_fma_relu(float *restrict z, const float *restrict a, const float
 
 /* the subcommands */
 int bench_cpu(int argc, char **argv);
+int bench_opencl(int argc, char **argv); /* opencl.c */
+int bench_remote(int argc, char **argv); /* remote.c (issue 7), with EMBER_WITH_REMOTE */
 
 #endif
