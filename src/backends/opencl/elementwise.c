@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/ref/ref.h"
 #include "ocl_internal.h"
 
 /* The int tag of an element size: bit-for-bit copies (same-dtype copy, where, fill). */
@@ -60,7 +59,7 @@ static ocl_arg scalar_arg(em_dtype dt, double v, int64_t iv, ew_scalar *u) {
         u->d = v;
         return (ocl_arg){sizeof u->d, &u->d};
     }
-    if (ref_is_float(dt)) {
+    if (em_dtype_kind(dt) == EM_KIND_FLOAT) {
         u->f = (float)v;
         return (ocl_arg){sizeof u->f, &u->f};
     }
@@ -76,6 +75,25 @@ static int64_t sat_i64(double s) {
                                          : (int64_t)s;
 }
 
+/* One element of dtype dt holding v, in host byte order, converted as every backend converts
+ * a double (ember's rule, the one ref implements): floats round to the dtype, ints truncate
+ * toward zero saturating at the int64 range (NaN -> 0) then wrap to their width, bool is
+ * v != 0. */
+static void elem_bits(em_dtype dt, double v, unsigned char *elem) {
+    int64_t i = sat_i64(v);
+    switch (dt) {
+    case EM_F32: { float f = (float)v; memcpy(elem, &f, 4); break; }
+    case EM_F64: memcpy(elem, &v, 8); break;
+    case EM_F16: { uint16_t h = em_f32_to_f16((float)v); memcpy(elem, &h, 2); break; }
+    case EM_BF16: { uint16_t h = em_f32_to_bf16((float)v); memcpy(elem, &h, 2); break; }
+    case EM_BOOL: elem[0] = v != 0; break;
+    case EM_I64: memcpy(elem, &i, 8); break;
+    case EM_I32: { uint32_t u = (uint32_t)(uint64_t)i; memcpy(elem, &u, 4); break; }
+    case EM_I16: { uint16_t u = (uint16_t)(uint64_t)i; memcpy(elem, &u, 2); break; }
+    default: elem[0] = (uint8_t)(uint64_t)i; break;
+    }
+}
+
 em_status ocl_fill(void *ctx, const em_view *out, double value) {
     ocl_dev *d = ctx;
     em_status s = ocl_check_dtype(d, "fill", out->dtype);
@@ -84,7 +102,7 @@ em_status ocl_fill(void *ctx, const em_view *out, double value) {
     if (n == 0) return EM_OK;
     /* the element's bits, converted exactly as ref converts */
     unsigned char elem[8] = {0};
-    ref_st(elem, out->dtype, 0, value);
+    elem_bits(out->dtype, value, elem);
     size_t es = em_dtype_size(out->dtype);
     if (ocl_contiguous(out)) {
         cl_int err = clEnqueueFillBuffer(d->queue, ocl_mem(out), elem, es,
