@@ -116,6 +116,14 @@ static em_status w_masked_fill(em_tensor *const *in, int nin, const conf_params 
     return em_masked_fill(in[0], in[1], conf_f64(p, "value", 0.0), &out[0]);
 }
 
+/* cast(in[0], dtype). */
+static em_status w_cast(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                        int *nout) {
+    *nout = 1;
+    if (nin < 1) return EM_ERR_ARG;
+    return em_cast(in[0], (em_dtype)conf_int(p, "dtype", EM_F32), &out[0]);
+}
+
 #define E(name) {#name, w_##name}
 
 const conf_op conf_ops_elementwise[] = {
@@ -127,6 +135,6 @@ const conf_op conf_ops_elementwise[] = {
     E(remainder_scalar), E(maximum_scalar), E(minimum_scalar),
     E(add_), E(sub_), E(mul_), E(div_), E(mul_scalar_), E(add_scalar_), E(relu_),
     E(eq), E(ne), E(lt), E(le), E(gt), E(ge), E(eq_scalar), E(lt_scalar), E(gt_scalar),
-    E(logical_and), E(logical_or), E(where), E(masked_fill),
+    E(logical_and), E(logical_or), E(where), E(masked_fill), E(cast),
     {NULL, NULL},
 };

@@ -41,10 +41,60 @@ static void copy_range(int64_t lo, int64_t hi, void *arg) {
     memcpy(j->dst + lo * (int64_t)j->sz, j->src + lo * (int64_t)j->sz, (size_t)(hi - lo) * j->sz);
 }
 
+/* Casts between the float dtypes, contiguous to contiguous: f32 <-> f16, bf16, f64 (the
+ * conversions ref makes, element for element: a float dtype widened to double is exact, so
+ * going through float gives the same bits). */
+typedef struct cast_job {
+    void *dst;
+    const void *src;
+    em_dtype to, from;
+} cast_job;
+
+static void cast_range(int64_t lo, int64_t hi, void *arg) {
+    const cast_job *j = arg;
+    if (j->from == EM_F32) {
+        const float *x = (const float *)j->src + lo;
+        if (j->to == EM_F16) {
+            uint16_t *o = (uint16_t *)j->dst + lo;
+            for (int64_t i = 0; i < hi - lo; i++) o[i] = em_f32_to_f16(x[i]);
+        } else if (j->to == EM_BF16) {
+            uint16_t *o = (uint16_t *)j->dst + lo;
+            for (int64_t i = 0; i < hi - lo; i++) o[i] = em_f32_to_bf16(x[i]);
+        } else {
+            double *o = (double *)j->dst + lo;
+            for (int64_t i = 0; i < hi - lo; i++) o[i] = x[i];
+        }
+        return;
+    }
+    float *o = (float *)j->dst + lo;
+    if (j->from == EM_F16) {
+        const uint16_t *x = (const uint16_t *)j->src + lo;
+        for (int64_t i = 0; i < hi - lo; i++) o[i] = em_f16_to_f32(x[i]);
+    } else if (j->from == EM_BF16) {
+        const uint16_t *x = (const uint16_t *)j->src + lo;
+        for (int64_t i = 0; i < hi - lo; i++) o[i] = em_bf16_to_f32(x[i]);
+    } else {
+        const double *x = (const double *)j->src + lo;
+        for (int64_t i = 0; i < hi - lo; i++) o[i] = (float)x[i];
+    }
+}
+
+/* True for the casts cast_range makes: f32 to or from f16, bf16 or f64. */
+static bool float_cast(em_dtype to, em_dtype from) {
+    em_dtype other = to == EM_F32 ? from : from == EM_F32 ? to : EM_F32;
+    return other == EM_F16 || other == EM_BF16 || other == EM_F64;
+}
+
 em_status cpu_copy(void *ctx, const em_view *out, const em_view *in) {
-    if (out->dtype == in->dtype && cpu_contiguous(out) && cpu_contiguous(in)) {
+    if (!cpu_contiguous(out) || !cpu_contiguous(in)) return cpu_ref()->copy(ctx, out, in);
+    if (out->dtype == in->dtype) {
         copy_job j = {cpu_ptr(out), cpu_ptr(in), em_dtype_size(in->dtype)};
         cpu_parallel_for(cpu_numel(out), 1 << 18, copy_range, &j);
+        return EM_OK;
+    }
+    if (float_cast(out->dtype, in->dtype)) {
+        cast_job j = {cpu_ptr(out), cpu_ptr(in), out->dtype, in->dtype};
+        cpu_parallel_for(cpu_numel(out), 1 << 15, cast_range, &j);
         return EM_OK;
     }
     return cpu_ref()->copy(ctx, out, in);

@@ -392,3 +392,48 @@ add("masked_fill", [T("f32", rnd((3,))), T("bool", rndb((2, 3)))], params={"valu
     error="EM_ERR_SHAPE", tag="mask-grows-err")
 add("masked_fill", [T("f32", rnd((3,))), T("i32", [1, 0, 1])], params={"value": 0.0},
     error="EM_ERR_DTYPE", tag="mask-dtype-err")
+
+# ---- cast: every pair of float dtypes, floats <-> ints and bool, special values, views ----
+# ember's rule (backend.h, ref's ref_st): floats round to nearest even, ints truncate toward
+# zero, bool is x != 0 (NaN included). The reference is the identity: gen_golden stores the
+# result in the target dtype, rounding as NumPy does (float16: nearest even; bf16: round_bf16).
+
+
+def _same(x, dtype):
+    return x
+
+
+def cast(src, values, dst, tag, view=None):
+    add("cast", [T(src, values, view=view)], _same, params={"dtype": dst}, out_dtypes=dst,
+        tag=tag)
+
+
+for src in FLOATS:
+    for dst in FLOATS:
+        cast(src, rnd((3, 4), -3, 3), dst, "%s-%s" % (src, dst))
+# f16 and bf16 from f32: overflow to inf, subnormals, ties to even, signed zero, NaN
+cast("f32", [NAN, INF, -INF, 65504.0, 65520.0, -70000.0, 1e-8, 6e-5, -0.0,
+             1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 2049.0], "f16", "f32-f16-special")
+cast("f32", [NAN, -INF, 3.0e38, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 1e-40, -0.0, 257.0],
+     "bf16", "f32-bf16-special")
+cast("f16", [NAN, INF, 65504.0, 6e-8, -0.0, 1.5], "f32", "f16-f32-special")
+cast("f64", [1e300, -1e300, 1e-300, NAN, 1.0 / 3.0], "f32", "f64-f32-special")
+# floats to ints (truncation toward zero, in range) and to bool
+for dst in ("i64", "i32", "i16", "i8"):
+    cast("f32", [-3.7, -0.5, 0.0, 2.9, 100.2, -100.9], dst, "f32-%s" % dst)
+cast("f64", [0.2, 1.9, 200.7, 255.0], "u8", "f64-u8")
+cast("f16", [-2.5, 0.0, 7.75], "i32", "f16-i32")
+cast("f32", [0.0, -0.0, 1.5, NAN, -INF], "bool", "f32-bool")
+# ints and bool to floats (2^24 + 1 rounds in f32, 2049 in f16)
+cast("i64", [1, -5, 2 ** 24 + 1, -(2 ** 40)], "f32", "i64-f32")
+cast("i32", [2049, -7, 0], "f16", "i32-f16")
+cast("u8", [0, 255, 128], "f64", "u8-f64")
+cast("bool", [True, False, True], "f32", "bool-f32")
+cast("i64", [-1, 300, 70000], "i8", "i64-i8")
+# layouts: a transposed view, a broadcast one, 0-d, empty, the same dtype
+cast("f32", rnd((4, 3)), "f16", "f32-f16-transpose", view=("transpose", 0, 1))
+cast("f16", rnd((2, 3)), "f32", "f16-f32-expand", view=("expand", [4, 2, 3]))
+cast("bf16", rnd((5, 4)), "f32", "bf16-f32-slice", view=("slice", 0, 0, 5, 2))
+cast("f64", rnd(()), "f16", "f64-f16-0d")
+cast("f32", rnd((0, 3)), "f16", "f32-f16-empty")
+cast("i32", rndi((2, 2)), "i32", "i32-i32")
