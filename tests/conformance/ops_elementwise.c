@@ -124,6 +124,34 @@ static em_status w_cast(em_tensor *const *in, int nin, const conf_params *p, em_
     return em_cast(in[0], (em_dtype)conf_int(p, "dtype", EM_F32), &out[0]);
 }
 
+/* full(shape, value, dtype) on the case's device; full_like(in[0], value). */
+static em_status w_full(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                        int *nout) {
+    (void)in, (void)nin;
+    int64_t shape[EM_MAX_RANK];
+    int r = conf_ints(p, "shape", shape, EM_MAX_RANK);
+    *nout = 1;
+    return em_full(shape, r < 0 ? 0 : r, conf_f64(p, "value", 0.0),
+                   (em_dtype)conf_int(p, "dtype", EM_F32), p->dev, &out[0]);
+}
+
+static em_status w_full_like(em_tensor *const *in, int nin, const conf_params *p,
+                             em_tensor **out, int *nout) {
+    *nout = 1;
+    if (nin < 1) return EM_ERR_ARG;
+    return em_full_like(in[0], conf_f64(p, "value", 0.0), &out[0]);
+}
+
+/* arange(start, stop, step, dtype) on the case's device. */
+static em_status w_arange(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                          int *nout) {
+    (void)in, (void)nin;
+    *nout = 1;
+    return em_arange(conf_f64(p, "start", 0.0), conf_f64(p, "stop", 0.0),
+                     conf_f64(p, "step", 1.0), (em_dtype)conf_int(p, "dtype", EM_F32), p->dev,
+                     &out[0]);
+}
+
 #define E(name) {#name, w_##name}
 
 const conf_op conf_ops_elementwise[] = {
@@ -136,5 +164,6 @@ const conf_op conf_ops_elementwise[] = {
     E(add_), E(sub_), E(mul_), E(div_), E(mul_scalar_), E(add_scalar_), E(relu_),
     E(eq), E(ne), E(lt), E(le), E(gt), E(ge), E(eq_scalar), E(lt_scalar), E(gt_scalar),
     E(logical_and), E(logical_or), E(where), E(masked_fill), E(cast),
+    E(full), E(full_like), E(arange),
     {NULL, NULL},
 };

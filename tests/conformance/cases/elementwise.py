@@ -437,3 +437,43 @@ cast("bf16", rnd((5, 4)), "f32", "bf16-f32-slice", view=("slice", 0, 0, 5, 2))
 cast("f64", rnd(()), "f16", "f64-f16-0d")
 cast("f32", rnd((0, 3)), "f16", "f32-f16-empty")
 cast("i32", rndi((2, 2)), "i32", "i32-i32")
+
+# ---- creation: full (the fill slot), full_like, arange, on the case's device ----
+_ALL = FLOATS + ("i64", "i32", "i16", "i8", "u8", "bool")
+
+
+def _full(shape, value, dtype):
+    return np.full(shape, value, dtype=np.float64)
+
+
+for dt in _ALL:
+    add("full", [], _full, params={"shape": [3, 4], "value": -1.5 if dt != "u8" else 7.75,
+                                   "dtype": dt}, tag=dt)
+for dt, v in (("f32", NAN), ("f16", INF), ("bf16", -INF), ("f16", 70000.0), ("f64", 1e-300)):
+    add("full", [], _full, params={"shape": [2], "value": v, "dtype": dt},
+        tag="%s-%r" % (dt, v))
+add("full", [], _full, params={"shape": [], "value": 3.0, "dtype": "i32"}, tag="i32-0d")
+add("full", [], _full, params={"shape": [0, 5], "value": 3.0, "dtype": "f32"}, tag="f32-empty")
+add("full", [], params={"shape": [2, -1], "value": 1.0, "dtype": "f32"}, error="EM_ERR_ARG",
+    tag="negative-dim")
+add("full_like", [T("f32", rnd((4, 3)), view=("transpose", 0, 1))],
+    lambda x, value: np.full(x.shape, value), params={"value": 0.25}, tag="f32-transpose")
+add("full_like", [T("i8", rndi((2, 2)))], lambda x, value: np.full(x.shape, value),
+    params={"value": -3.0}, tag="i8")
+
+
+def _arange(start, stop, step, dtype):
+    return np.arange(start, stop, step, dtype=np.float64)
+
+
+for dt, (a, b, st) in (("f32", (0.0, 5.0, 0.5)), ("f64", (-1.0, 1.0, 0.25)),
+                       ("f16", (0.0, 2.0, 0.1)), ("bf16", (-3.0, 3.0, 0.7)),
+                       ("i64", (0.0, 10.0, 3.0)), ("i32", (10.0, 0.0, -2.0)),
+                       ("u8", (250.0, 256.0, 1.0)), ("i8", (-5.0, 5.0, 2.5))):
+    add("arange", [], _arange, params={"start": a, "stop": b, "step": st, "dtype": dt}, tag=dt)
+add("arange", [], _arange, params={"start": 5.0, "stop": 0.0, "step": 1.0, "dtype": "f32"},
+    tag="f32-empty")
+add("arange", [], params={"start": 0.0, "stop": 1.0, "step": 0.0, "dtype": "f32"},
+    error="EM_ERR_ARG", tag="zero-step")
+add("arange", [], params={"start": 0.0, "stop": 3.0, "step": 1.0, "dtype": "bool"},
+    error="EM_ERR_DTYPE", tag="bool-err")
