@@ -4,7 +4,8 @@
  * that runs after the call returns (inputs released while kernels are queued), the buffer
  * cache, casts rounding like ref's bit for bit, Philox
  * numbers equal to ref's, error paths (an impossible allocation, a program that does not
- * build, an unknown kernel) with the driver's message, and the disk cache of program
+ * build, an unknown kernel) with the driver's message, a device without cl_khr_fp64 (f64
+ * refused with EM_ERR_UNSUPPORTED, f32 still computed), and the disk cache of program
  * binaries (reuse, and a corrupt file ignored). Every test skips when the machine has no
  * OpenCL device (or the build has no opencl backend).
  */
@@ -232,6 +233,51 @@ static ocl_dev *dev0(void) {
     return ctx;
 }
 
+/* A device without cl_khr_fp64, simulated by clearing the flag opencl:0 was opened with:
+ * every f64 kernel is EM_ERR_UNSUPPORTED naming the extension, while f32 work (arange,
+ * random, arithmetic) still runs, from programs built without fp64. */
+static void test_no_fp64(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    ocl_dev *d = dev0();
+    const bool saved = d->fp64;
+    d->fp64 = false;
+    ocl_drop_programs(d); /* the programs in memory were built for the device as it is */
+    const double v[4] = {1, 2, 3, 4};
+    const int64_t shape[1] = {4}, big[1] = {1000};
+    em_tensor *x = NULL, *y = NULL, *a = NULL, *b = NULL, *r = NULL;
+    em_status s = em_tensor_from_data(v, EM_F64, shape, 1, ocl0, &x);
+    if (s == EM_OK) {
+        assert_int_equal(em_exp(x, &y), EM_ERR_UNSUPPORTED);
+        assert_null(y);
+    } else {
+        assert_int_equal(s, EM_ERR_UNSUPPORTED);
+    }
+    assert_non_null(strstr(em_last_error(), "cl_khr_fp64"));
+    assert_int_equal(em_zeros(shape, 1, EM_F64, ocl0, &y), EM_ERR_UNSUPPORTED);
+    assert_null(y);
+    /* f32 still works */
+    assert_int_equal(em_arange(0, 8, 1, EM_F32, ocl0, &a), EM_OK);
+    assert_int_equal(em_add(a, a, &b), EM_OK);
+    float got[8];
+    assert_int_equal(em_tensor_to_data(b, got, sizeof got), EM_OK);
+    for (int i = 0; i < 8; i++) {
+        assert_true(got[i] == 2.0f * (float)i);
+    }
+    assert_int_equal(em_rand_uniform(big, 1, EM_F32, 0.0, 1.0, 7, ocl0, &r), EM_OK);
+    float u[1000];
+    double mean = 0;
+    assert_int_equal(em_tensor_to_data(r, u, sizeof u), EM_OK);
+    for (int i = 0; i < 1000; i++) {
+        assert_true(u[i] >= 0.0f && u[i] < 1.0f);
+        mean += u[i] / 1000.0;
+    }
+    assert_true(mean > 0.45 && mean < 0.55);
+    d->fp64 = saved;
+    ocl_drop_programs(d);
+    em_tensor_release(x), em_tensor_release(a), em_tensor_release(b), em_tensor_release(r);
+}
+
 /* A program that does not compile is EM_ERR_BACKEND carrying the build log; an unknown
  * program or kernel is EM_ERR_BACKEND too; a zero global size enqueues nothing. */
 static void test_build_failure(void **state) {
@@ -357,6 +403,7 @@ int main(void) {
         cmocka_unit_test(test_impossible_alloc),
 #ifdef EMBER_TEST_HAVE_OPENCL
         cmocka_unit_test(test_build_failure),
+        cmocka_unit_test(test_no_fp64),
         cmocka_unit_test(test_disk_cache),
 #endif
     };
