@@ -95,6 +95,10 @@ em_status cpu_binary_scalar(void *ctx, em_binary_op op, const em_view *out, cons
 /* compare.c: dense f32/f64 comparisons (false: not handled, the caller falls back) */
 bool cpu_compare(em_binary_op op, const em_view *out, const em_view *a, const em_view *b);
 bool cpu_compare_scalar(em_binary_op op, const em_view *out, const em_view *a, double s);
+/* pool_avx512.c: 2x2 / stride 2 max pooling with indices of f32 planes (contiguous, no
+ * padding, 2*OH <= H, 2*OW <= W); false when the machine has no AVX-512 (nothing written) */
+bool cpu_maxpool2x2_f32(float *out, int64_t *idx, const float *x, int64_t planes, int64_t H,
+                        int64_t W, int64_t OH, int64_t OW);
 /* index.c */
 em_status cpu_gather(void *ctx, const em_view *out, const em_view *in, int dim,
                      const em_view *index);

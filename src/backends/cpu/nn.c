@@ -218,8 +218,16 @@ em_status cpu_max_pool2d(void *ctx, const em_view *out, const em_view *indices,
                   .idx = indices ? (int64_t *)cpu_ptr(indices) : NULL, .H = x->shape[2],
                   .W = x->shape[3], .OH = out->shape[2], .OW = out->shape[3]};
     const int64_t planes = out->shape[0] * out->shape[1];
-    const int64_t grain = NN_GRAIN / imax(1, j.H * j.W);
-    cpu_parallel_for(planes, imax(1, grain), maxpool_range, &j);
+    const bool two_by_two = a->kernel[0] == 2 && a->kernel[1] == 2 && a->stride[0] == 2 &&
+                            a->stride[1] == 2 && a->padding[0] == 0 && a->padding[1] == 0 &&
+                            a->dilation[0] == 1 && a->dilation[1] == 1 && 2 * j.OH <= j.H &&
+                            2 * j.OW <= j.W;
+    if (!(two_by_two && j.idx && j.dt == EM_F32 &&
+          cpu_maxpool2x2_f32((float *)j.out, j.idx, (const float *)j.x, planes, j.H, j.W, j.OH,
+                             j.OW))) {
+        const int64_t grain = NN_GRAIN / imax(1, j.H * j.W);
+        cpu_parallel_for(planes, imax(1, grain), maxpool_range, &j);
+    }
     if (tmp) cpu_scratch_free(tmp);
     return EM_OK;
 }

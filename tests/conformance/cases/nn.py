@@ -431,6 +431,19 @@ def pool_cases():
     xn[0, 0, 1, 2] = np.nan
     xn[0, 0, 3, 0] = np.inf
     _add("max_pool2d", [T("f32", xn)], "f32/nan_inf", r_max_pool2d, params={"kernel": [2, 2]})
+    # 2x2 windows over rows long enough for whole vectors and a tail (40 and 37 columns), with
+    # NaN (one per window: with several, ember keeps the last as PyTorch does, NumPy's argmax
+    # the first), -inf, inf and ties, indices kept
+    xw = rnd((2, 3, 8, 40))
+    xw[0, 0, 0, 0:4] = [np.nan, 1.0, 7.0, np.nan]
+    xw[0, 0, 1, 0:4] = [2.0, 0.5, 5.0, 5.0]
+    xw[0, 1, 2:4, 6:8] = -np.inf
+    xw[1, 2, 4:6, 38:40] = 3.0
+    xw[1, 0, 7, 39] = np.inf
+    _add("max_pool2d", [T("f32", xw)], "f32/k2_wide_special", r_max_pool2d,
+         params={"kernel": [2, 2], "indices": True}, out=["f32", "i64"])
+    _add("max_pool2d", [T("f32", rnd((1, 2, 7, 37)))], "f32/k2_odd_wide", r_max_pool2d,
+         params={"kernel": [2, 2], "indices": True}, out=["f32", "i64"])
     _add("max_pool2d", [T("f32", rnd((2, 6, 3, 4)), view=("permute", [0, 2, 1, 3]))],
          "f32/x_permuted", r_max_pool2d, params={"kernel": [2, 2], "indices": True},
          out=["f32", "i64"])
