@@ -272,6 +272,12 @@ em_status em_dequantize(const em_tensor *q, em_tensor **out);
  *  quantized), EM_ERR_DEVICE (another inner device; the autodiff flag may differ),
  *  EM_ERR_STATE (dst is a tracked non-leaf, the result of an op). */
 em_status em_tensor_assign(em_tensor *dst, const em_tensor *src);
+/** em_tensor_assign, consuming src (released on every path, success or not): when nothing
+ *  else holds src or either buffer (no views of dst, no other reference to src), and both are
+ *  dense over buffers of one size, dst takes src's buffer instead of copying it (an
+ *  optimizer's update then costs no copy); otherwise it copies as em_tensor_assign does, with
+ *  its errors. */
+em_status em_tensor_assign_(em_tensor *dst, em_tensor *src);
 
 /* ======================================================================================
  * 6. Ops

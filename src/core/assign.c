@@ -3,8 +3,8 @@
 #include "autodiff/tape_impl.h"
 #include "core/internal.h"
 
-em_status em_tensor_assign(em_tensor *dst, const em_tensor *src) {
-    static const char fn[] = "em_tensor_assign";
+/* The checks and the copy of em_tensor_assign (fn names the caller). */
+static em_status assign_copy(const char *fn, em_tensor *dst, const em_tensor *src) {
     EMI_TRY(emi_check_tensor(fn, "dst", dst));
     EMI_TRY(emi_check_tensor(fn, "src", src));
     if (dst->ad && dst->ad->rule)
@@ -31,4 +31,44 @@ em_status em_tensor_assign(em_tensor *dst, const em_tensor *src) {
         return s;
     }
     return emi_copy_into(fn, dst, src);
+}
+
+em_status em_tensor_assign(em_tensor *dst, const em_tensor *src) {
+    return assign_copy("em_tensor_assign", dst, src);
+}
+
+/* True when dst can take src's buffer instead of copying it: both dense over their whole
+ * buffers of one size on one backend context, and nobody else holds either buffer or src. */
+static bool assign_can_take(const em_tensor *dst, const em_tensor *src) {
+    const emi_storage *a = dst->st, *b = src->st;
+    return a != b && a->ops == b->ops && a->ctx == b->ctx && a->bytes == b->bytes &&
+           atomic_load_explicit(&src->refs, memory_order_acquire) == 1 &&
+           atomic_load_explicit(&b->refs, memory_order_acquire) == 1 &&
+           atomic_load_explicit(&a->refs, memory_order_acquire) == 1 && dst->v.offset == 0 &&
+           src->v.offset == 0 && dst->v.buf == a->buf && src->v.buf == b->buf &&
+           emi_view_is_contiguous(&dst->v) && emi_view_is_contiguous(&src->v) &&
+           emi_numel(dst->v.shape, dst->v.rank) * (int64_t)em_dtype_size(dst->dtype) ==
+               (int64_t)a->bytes;
+}
+
+em_status em_tensor_assign_(em_tensor *dst, em_tensor *src) {
+    static const char fn[] = "em_tensor_assign_";
+    em_status s = EM_OK;
+    if (dst && src && dst->st && src->st && dst->dtype == src->dtype &&
+        !(dst->ad && dst->ad->rule) && emi_kind(dst->dtype) != EM_KIND_QUANTIZED &&
+        emi_same_shape(dst->v.shape, dst->v.rank, src->v.shape, src->v.rank) &&
+        emi_check_same_device(fn, dst, src) == EM_OK && assign_can_take(dst, src)) {
+        /* the buffers change hands (the storage records stay with their handles, which
+         * are allocated together): dst gets src's values, src (released below) dst's old
+         * buffer, which goes back to the backend's allocator */
+        void *t = dst->st->buf;
+        dst->st->buf = src->st->buf;
+        src->st->buf = t;
+        dst->v.buf = dst->st->buf;
+        src->v.buf = src->st->buf;
+    } else {
+        s = assign_copy(fn, dst, src);
+    }
+    em_tensor_release(src);
+    return s;
 }

@@ -1,6 +1,7 @@
 /* optim.c — SGD (momentum, weight decay), Adam, AdamW; the step schedule; clipping by norm.
  * Updates are computed with untracked ops on the inner device (the parameter's detached value
- * and its gradient) and written back with em_tensor_assign. */
+ * and its gradient) and written back with em_tensor_assign_ (the parameter takes the new
+ * value's buffer when nothing else holds either). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -220,9 +221,14 @@ em_status em_optimizer_step(em_optimizer *opt, const em_grads *g, double grad_sc
         }
         if (s == EM_OK) s = em_tensor_detach(param, &p);
         if (s == EM_OK) s = nn_update(opt, i, p, gr, &np);
-        if (s == EM_OK) s = em_tensor_assign(param, np);
-        em_tensor_release(np);
+        /* p (a view of param's buffer) goes first, so that param can take np's buffer
+         * instead of copying it */
         em_tensor_release(p);
+        if (s == EM_OK) {
+            s = em_tensor_assign_(param, np);
+            np = NULL;
+        }
+        em_tensor_release(np);
         em_tensor_release(gr);
         if (s != EM_OK) return s;
     }

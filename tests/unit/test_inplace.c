@@ -4,6 +4,8 @@
  * exactly when em_tensor_can_mut() holds (and the result has its shape and dtype, and it is
  * contiguous), and otherwise compute out of place, leaving other holders of the buffer
  * untouched. Values are right either way; the consumed input never leaks (run under LSan).
+ * Also em_tensor_assign_: the destination takes the source's buffer when nobody else holds
+ * either, and copies otherwise (views of dst see the values, a shared src stays intact).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -274,9 +276,55 @@ static void test_failure_consumes(void **state) {
     em_tensor_release(b);
 }
 
+/* em_tensor_assign_: a take when both buffers are private, a copy otherwise, src consumed on
+ * every path (errors included), an autodiff leaf keeps its mark. */
+static void test_assign_takes_buffer(void **state) {
+    (void)state;
+    const float a[3] = {1, 2, 3}, b[3] = {4, 5, 6}, c[3] = {7, 8, 9};
+    em_tensor *dst = f32v(a, 3), *src = f32v(b, 3);
+    void *srcbuf = src->v.buf;
+    assert_int_equal(em_tensor_assign_(dst, src), EM_OK);
+    assert_ptr_equal(dst->v.buf, srcbuf);
+    expect_f32(dst, b, 3);
+    /* a view of dst: copied into the shared buffer, the view sees it */
+    em_tensor *view = NULL;
+    assert_int_equal(em_reshape(dst, (int64_t[]){3}, 1, &view), EM_OK);
+    src = f32v(c, 3);
+    void *dstbuf = dst->v.buf;
+    assert_int_equal(em_tensor_assign_(dst, src), EM_OK);
+    assert_ptr_equal(dst->v.buf, dstbuf);
+    expect_f32(view, c, 3);
+    em_tensor_release(view);
+    /* a src someone else holds: copied, and the holder's values stay */
+    src = f32v(a, 3);
+    em_tensor_retain(src);
+    assert_int_equal(em_tensor_assign_(dst, src), EM_OK);
+    expect_f32(dst, a, 3);
+    expect_f32(src, a, 3);
+    assert_ptr_not_equal(dst->v.buf, src->v.buf);
+    em_tensor_release(src);
+    /* errors consume src too */
+    src = f32(b, (int64_t[]){1, 3}, 2);
+    assert_int_equal(em_tensor_assign_(dst, src), EM_ERR_SHAPE);
+    assert_int_equal(em_tensor_assign_(NULL, f32v(b, 3)), EM_ERR_ARG);
+    expect_f32(dst, a, 3);
+    em_tensor_release(dst);
+    /* an autodiff leaf takes an untracked value and stays a leaf requiring grad */
+    em_device ad;
+    assert_int_equal(em_device_parse("ref+autodiff", &ad), EM_OK);
+    em_tensor *leaf = NULL;
+    assert_int_equal(em_tensor_from_data(a, EM_F32, (int64_t[]){3}, 1, ad, &leaf), EM_OK);
+    assert_int_equal(em_tensor_require_grad(leaf), EM_OK);
+    assert_int_equal(em_tensor_assign_(leaf, f32v(c, 3)), EM_OK);
+    assert_true(em_tensor_requires_grad(leaf));
+    expect_f32(leaf, c, 3);
+    em_tensor_release(leaf);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add_in_place),
+        cmocka_unit_test(test_assign_takes_buffer),
         cmocka_unit_test(test_all_variants_in_place),
         cmocka_unit_test(test_shared_reference_not_reused),
         cmocka_unit_test(test_view_not_reused),
