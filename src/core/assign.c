@@ -1,10 +1,11 @@
 /* assign.c — em_tensor_assign: writes a tensor's values into another's own buffer, in place,
- * recording nothing (how an optimizer updates a parameter while keeping its identity). */
+ * recording nothing (how an optimizer updates a parameter while keeping its identity);
+ * em_tensor_assign_, which may instead hand the consumed source's buffer to the destination. */
 #include "autodiff/tape_impl.h"
 #include "core/internal.h"
 
-/* The checks and the copy of em_tensor_assign (fn names the caller). */
-static em_status assign_copy(const char *fn, em_tensor *dst, const em_tensor *src) {
+/* The arguments' checks, shared by both forms (fn names the caller). */
+static em_status assign_check(const char *fn, const em_tensor *dst, const em_tensor *src) {
     EMI_TRY(emi_check_tensor(fn, "dst", dst));
     EMI_TRY(emi_check_tensor(fn, "src", src));
     if (dst->ad && dst->ad->rule)
@@ -21,7 +22,11 @@ static em_status assign_copy(const char *fn, em_tensor *dst, const em_tensor *sr
                         emi_shape_str(dst->v.shape, dst->v.rank, a, sizeof a),
                         emi_shape_str(src->v.shape, src->v.rank, b, sizeof b));
     }
-    EMI_TRY(emi_check_same_device(fn, dst, src));
+    return emi_check_same_device(fn, dst, src);
+}
+
+/* The copy of checked arguments into dst's buffer. */
+static em_status assign_copy(const char *fn, em_tensor *dst, const em_tensor *src) {
     if (src->st == dst->st) {
         /* src reads the buffer being written (a view of dst): copy it aside first */
         em_tensor *tmp = NULL;
@@ -34,7 +39,9 @@ static em_status assign_copy(const char *fn, em_tensor *dst, const em_tensor *sr
 }
 
 em_status em_tensor_assign(em_tensor *dst, const em_tensor *src) {
-    return assign_copy("em_tensor_assign", dst, src);
+    static const char fn[] = "em_tensor_assign";
+    EMI_TRY(assign_check(fn, dst, src));
+    return assign_copy(fn, dst, src);
 }
 
 /* True when dst can take src's buffer instead of copying it: both dense over their whole
@@ -53,11 +60,8 @@ static bool assign_can_take(const em_tensor *dst, const em_tensor *src) {
 
 em_status em_tensor_assign_(em_tensor *dst, em_tensor *src) {
     static const char fn[] = "em_tensor_assign_";
-    em_status s = EM_OK;
-    if (dst && src && dst->st && src->st && dst->dtype == src->dtype &&
-        !(dst->ad && dst->ad->rule) && emi_kind(dst->dtype) != EM_KIND_QUANTIZED &&
-        emi_same_shape(dst->v.shape, dst->v.rank, src->v.shape, src->v.rank) &&
-        emi_check_same_device(fn, dst, src) == EM_OK && assign_can_take(dst, src)) {
+    em_status s = assign_check(fn, dst, src);
+    if (s == EM_OK && assign_can_take(dst, src)) {
         /* the buffers change hands (the storage records stay with their handles, which
          * are allocated together): dst gets src's values, src (released below) dst's old
          * buffer, which goes back to the backend's allocator */
@@ -66,7 +70,7 @@ em_status em_tensor_assign_(em_tensor *dst, em_tensor *src) {
         src->st->buf = t;
         dst->v.buf = dst->st->buf;
         src->v.buf = src->st->buf;
-    } else {
+    } else if (s == EM_OK) {
         s = assign_copy(fn, dst, src);
     }
     em_tensor_release(src);

@@ -427,23 +427,16 @@ typedef void (*rows_fn)(const direct_job *j, const void *xp, int64_t R, int64_t 
 typedef void (*wgrad_fn)(const geom *q, const void *xp, int64_t plane, const padded *pl,
                          const void *gp, int64_t OWp, int64_t ob, double *dst);
 
-#ifdef CONV_X86
-static bool have_avx512(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-}
-#endif
-
 static rows_fn rows_kernel(em_dtype dt) {
 #ifdef CONV_X86
-    if (have_avx512()) return dt == EM_F32 ? direct_rows_f32_512 : direct_rows_f64_512;
+    if (cpu_has_avx512()) return dt == EM_F32 ? direct_rows_f32_512 : direct_rows_f64_512;
 #endif
     return dt == EM_F32 ? direct_rows_f32_gen : direct_rows_f64_gen;
 }
 
 static wgrad_fn wgrad_kernel(em_dtype dt) {
 #ifdef CONV_X86
-    if (have_avx512()) return dt == EM_F32 ? wgrad_block_f32_512 : wgrad_block_f64_512;
+    if (cpu_has_avx512()) return dt == EM_F32 ? wgrad_block_f32_512 : wgrad_block_f64_512;
 #endif
     return dt == EM_F32 ? wgrad_block_f32_gen : wgrad_block_f64_gen;
 }

@@ -30,6 +30,17 @@
 #define CPU_CLONES
 #endif
 
+/** True when the CPU runs AVX-512F (the hand-written kernels of conv.c and pool_avx512.c);
+ *  false off x86-64. */
+static inline bool cpu_has_avx512(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+
 /* ---- thread pool (threads.c) ---- */
 
 /** fn(lo, hi, arg) over [0, n) split in at most cpu_threads() chunks of at least `grain`. */

@@ -77,12 +77,7 @@ static void mp2_range(int64_t lo, int64_t hi, void *arg) {
 
 bool cpu_maxpool2x2_f32(float *out, int64_t *idx, const float *x, int64_t planes, int64_t H,
                         int64_t W, int64_t OH, int64_t OW) {
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    if (!have) return false;
+    if (!cpu_has_avx512()) return false;
     mp2_job j = {out, idx, x, H, W, OH, OW};
     int64_t grain = (1 << 15) / (H * W > 0 ? H * W : 1) + 1;
     cpu_parallel_for(planes, grain, mp2_range, &j);
