@@ -41,7 +41,7 @@ static bool mm_col_major(const em_tensor *t) {
            v->strides[1] == v->shape[0];
 }
 
-/* *out = (x @ y)^T computed as y^T @ x^T (a contiguous product, returned transposed). */
+/* *out = x @ y in column-major layout: the contiguous product y^T @ x^T, viewed transposed. */
 static em_status mm_transposed(em_tensor *x, em_tensor *y, em_tensor **out) {
     em_tensor *xt = NULL, *yt = NULL, *p = NULL;
     em_status s = em_transpose(x, -1, -2, &xt);
