@@ -5,7 +5,18 @@ Usage: /usr/bin/python3 tests/conformance/gen_golden.py [--out FILE]
 
 The C runner (runner.c) reads golden.txt, runs every case on `ref` and checks the outputs
 against the ones NumPy computed here, then runs every case on every other device and checks
-it against `ref`. golden.txt is committed; scripts/test.sh checks it is up to date.
+it against `ref`. golden.txt is committed; scripts/test.sh checks it is up to date (golden_compare.py).
+
+The data must not depend on the machine that makes it. Two things in NumPy do:
+- np.matmul goes through BLAS, whose kernel (and so the last bit of a float64 sum) depends on
+  the CPU OpenBLAS detects and on OPENBLAS_CORETYPE: the cases use common.matmul, exactly
+  rounded sums, instead;
+- ufuncs (exp, log, sin, ...) have AVX2 / AVX-512 versions chosen at run time whose last bit
+  differs from the portable one: this script re-runs itself with NPY_DISABLE_CPU_FEATURES
+  naming every feature above NumPy's baseline (SSE3 on x86-64), so every machine runs the
+  same code.
+What remains is the C library's libm (exp, sin, ... of the baseline loops), which can differ
+in the last bit between machines with and without FMA: golden_compare.py accepts that much.
 """
 import argparse
 import importlib
@@ -13,6 +24,27 @@ import os
 import sys
 
 import numpy as np
+
+_REEXEC = "EMBER_GOLDEN_BASELINE"
+
+
+def _baseline_numpy():
+    """Re-executes this script with NumPy's run-time dispatched CPU features off (once)."""
+    try:
+        from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # a NumPy without run-time dispatch: nothing to turn off
+        return
+    on = [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]
+    if not on:
+        return
+    if os.environ.get(_REEXEC):
+        raise SystemExit("gen_golden: NumPy still dispatches %s with NPY_DISABLE_CPU_FEATURES=%r"
+                         % (" ".join(on), os.environ.get("NPY_DISABLE_CPU_FEATURES")))
+    env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=" ".join(on), **{_REEXEC: "1"})
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+_baseline_numpy()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "cases"))

@@ -19,6 +19,8 @@ inputs, the parameters and the outputs NumPy computed independently of ember.
 - tol: (rtol, atol) overriding the per-dtype default.
 - name: a unique suffix; by default one is made from op, dtypes and shapes.
 """
+import math
+
 import numpy as np
 
 FLOATS = ("f32", "f64", "f16", "bf16")
@@ -60,6 +62,36 @@ def widen(a, dt):
     if dt == "bool":
         return np.asarray(a, dtype=np.bool_)
     return np.asarray(a, dtype=np.int64)
+
+
+def matmul(a, b):
+    """np.matmul's semantics (1-d operands, broadcast batch dims), computed without BLAS.
+
+    Float sums are math.fsum of the float64 products: the correctly rounded sum, the same
+    on every machine, where np.matmul's last bit depends on the BLAS kernel that OpenBLAS
+    picks for the CPU (and on OPENBLAS_CORETYPE). Ints use np.matmul (no BLAS there)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind != "f" and b.dtype.kind != "f":
+        return np.matmul(a, b)
+    a1, b1 = a.ndim == 1, b.ndim == 1
+    a2 = a.reshape(1, -1) if a1 else a
+    b2 = b.reshape(-1, 1) if b1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ValueError("matmul: inner dims differ")
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    A = np.broadcast_to(a2, batch + (m, k)).astype(np.float64)
+    B = np.broadcast_to(b2, batch + (k, n)).astype(np.float64)
+    out = np.zeros(batch + (m, n), dtype=np.float64)
+    for idx in np.ndindex(*batch):
+        for i in range(m):
+            for j in range(n):
+                out[idx + (i, j)] = math.fsum(A[idx + (i,)] * B[idx + (slice(None), j)])
+    if a1:
+        out = out[..., 0, :]
+    if b1:
+        out = out[..., 0]
+    return out
 
 
 class T:

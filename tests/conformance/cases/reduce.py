@@ -1,14 +1,15 @@
 """Conformance cases of the reduce family: sum mean prod max min argmax argmin var logsumexp
 (whole and along a dim, with keepdim), cumsum, softmax, log_softmax, and matmul.
 
-The references are NumPy's own reductions (np.sum, np.var with ddof, np.argmax, np.matmul...)
+The references are NumPy's own reductions (np.sum, np.var with ddof, np.argmax...)
+and, for matmul, common.matmul (np.matmul's semantics with exactly rounded sums)
 on the float64 / int64 widened inputs. A case without "dim" calls the whole-tensor form.
 """
 import warnings
 
 import numpy as np
 
-from common import FLOATS, T, case, rnd, rndi
+from common import FLOATS, T, case, matmul, rnd, rndi
 
 CASES = []
 _names = set()
@@ -289,7 +290,7 @@ for op, ref in (("softmax", r_softmax), ("log_softmax", r_log_softmax)):
 
 # ---- matmul ----
 def r_matmul(a, b):
-    return np.matmul(a, b)
+    return matmul(a, b)  # exactly rounded sums: no dependence on the BLAS kernel
 
 
 def mm(name, a, b, tol=None):
