@@ -5,28 +5,41 @@
  *             ..., "__metadata__": {"key": "value"}} (padded with spaces)
  *   the rest  raw little-endian data; offsets count from the end of the header
  * Save writes it; load validates every field before creating a tensor. JSON through cJSON.
+ * The header must be UTF-8 (it is JSON): every byte of it is checked, and so are the \u
+ * escapes of its strings (no lone surrogates, no \u0000), before cJSON sees it.
+ * A file is loaded from a read-only private mapping (no second copy of it in memory; the pages
+ * of each tensor are dropped once the tensor is made), or read whole when it cannot be mapped
+ * (a pipe). The map keeps its tensors in header order plus an index sorted by name, so that a
+ * lookup is a binary search.
  *
  * Built on the public API only (ember.h, io.h) plus em_backend_set_error for messages.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "ember/backend.h"
 #include "ember/ember.h"
 #include "ember/io.h"
+#include "utf8.h"
 
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000) /* the reference implementation's limit */
 #define ST_MAX_EXACT 9007199254740992.0            /* 2^53: integers JSON numbers hold exactly */
 
 struct em_tensor_map {
     size_t n;
-    char **names;
-    em_tensor **tensors;
+    char **names;        /* header order */
+    em_tensor **tensors; /* header order */
+    size_t *by_name;     /* indices into names, sorted by strcmp of the names */
 };
 
 static const struct {
@@ -74,6 +87,7 @@ void em_tensor_map_release(em_tensor_map *m) {
     }
     free(m->names);
     free(m->tensors);
+    free(m->by_name);
     free(m);
 }
 
@@ -87,12 +101,18 @@ em_status em_tensor_map_get(const em_tensor_map *m, const char *name, em_tensor 
     if (m == NULL || name == NULL || out == NULL)
         return em_backend_set_error(EM_ERR_ARG, "em_tensor_map_get: %s is NULL",
                                     m == NULL ? "m" : name == NULL ? "name" : "out");
-    for (size_t i = 0; i < m->n; i++)
-        if (strcmp(m->names[i], name) == 0) {
+    size_t lo = 0, hi = m->n; /* binary search of by_name */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2, i = m->by_name[mid];
+        int c = strcmp(name, m->names[i]);
+        if (c == 0) {
             em_tensor_retain(m->tensors[i]);
             *out = m->tensors[i];
             return EM_OK;
         }
+        if (c < 0) hi = mid;
+        else lo = mid + 1;
+    }
     return em_backend_set_error(EM_ERR_ARG, "em_tensor_map_get: no tensor named \"%s\"", name);
 }
 
@@ -131,11 +151,141 @@ static int cmp_begin(const void *a, const void *b) {
 typedef struct st_ctx {
     const char *fn;
     const char *path; /* NULL for a buffer */
+    bool mapped;      /* the image is a private read-only file mapping: drop pages once used */
 } st_ctx;
 
 #define ST_FAIL(ctx, fmt, ...)                                                                  \
     em_backend_set_error(EM_ERR_IO, "%s%s%s: " fmt, (ctx)->fn, (ctx)->path ? ": " : "",       \
                          (ctx)->path ? (ctx)->path : "", __VA_ARGS__)
+
+/* ---- the header's text: UTF-8 and \u escapes ------------------------------------------------- */
+
+/* The string literal whose opening quote is t[start], for a message: up to 48 bytes of its
+ * text as written, bytes outside printable ASCII as \xHH, quotes included. */
+static void show_literal(const uint8_t *t, size_t len, size_t start, char *buf, size_t cap) {
+    size_t k = 0;
+    bool closed = false, escaped = false;
+    for (size_t i = start; i < len && i - start < 48 && k + 8 < cap; i++) {
+        uint8_t c = t[i];
+        if (c >= 0x20 && c < 0x7f) buf[k++] = (char)c;
+        else k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", c);
+        if (c == '"' && i > start && !escaped) {
+            closed = true;
+            break;
+        }
+        escaped = !escaped && c == '\\';
+    }
+    if (!closed && k + 4 < cap) memcpy(buf + k, "...", 3), k += 3;
+    buf[k] = '\0';
+}
+
+static bool hex4(const uint8_t *p, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        uint8_t c = p[i];
+        unsigned d = (c >= '0' && c <= '9') ? (unsigned)(c - '0')
+                     : (c >= 'a' && c <= 'f') ? (unsigned)(c - 'a' + 10)
+                     : (c >= 'A' && c <= 'F') ? (unsigned)(c - 'A' + 10)
+                     : 16u;
+        if (d == 16u) return false;
+        v = v * 16u + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* Refuses a header that is not UTF-8, or whose strings escape a lone surrogate (which has no
+ * UTF-8 form) or U+0000 (which a C string cannot hold). Everything else about the JSON is left
+ * to cJSON; the little structure tracked here only says, in the message, whether the bad string
+ * is a tensor name, a key or value of __metadata__, or another string. */
+static em_status check_header_text(const st_ctx *ctx, const uint8_t *t, size_t len) {
+    enum { MAXD = 64 };
+    bool obj[MAXD + 1] = {false}, key_next[MAXD + 1] = {false};
+    int depth = 0;
+    bool in_meta = false; /* the current key of the root object is "__metadata__" */
+    char why[128], lit[256];
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = t[i];
+        if (c != '"') {
+            if (c >= 0x80) {
+                size_t n = emi_utf8_seq(t + i, len - i, why, sizeof why);
+                if (n == 0)
+                    return ST_FAIL(ctx, "header is not valid UTF-8: %s at byte %zu of the header",
+                                   why, i);
+                i += n;
+                continue;
+            }
+            bool tracked = depth >= 1 && depth <= MAXD;
+            if (c == '{' || c == '[') {
+                depth++;
+                if (depth <= MAXD) obj[depth] = c == '{', key_next[depth] = c == '{';
+            } else if (c == '}' || c == ']') {
+                if (depth > 0) depth--;
+            } else if (c == ':' && tracked) {
+                key_next[depth] = false;
+            } else if (c == ',' && tracked) {
+                key_next[depth] = obj[depth];
+            }
+            i++;
+            continue;
+        }
+        /* a string literal */
+        size_t start = i++;
+        bool is_key = depth >= 1 && depth <= MAXD && obj[depth] && key_next[depth];
+        const char *role = "string";
+        if (depth == 1 && is_key) role = "tensor name";
+        else if (depth == 2 && in_meta && obj[2])
+            role = is_key ? "__metadata__ key" : "__metadata__ value";
+        const char *problem = NULL;
+        size_t at = 0;
+        while (i < len && t[i] != '"' && problem == NULL) {
+            if (t[i] == '\\') {
+                unsigned u = 0, lo = 0;
+                if (i + 6 <= len && t[i + 1] == 'u' && hex4(t + i + 2, &u)) {
+                    if (u == 0) {
+                        problem = "\\u0000 (a C string cannot hold U+0000)", at = i;
+                    } else if (u >= 0xD800 && u <= 0xDBFF) {
+                        if (i + 12 <= len && t[i + 6] == '\\' && t[i + 7] == 'u' &&
+                            hex4(t + i + 8, &lo) && lo >= 0xDC00 && lo <= 0xDFFF)
+                            i += 12;
+                        else problem = "", at = i;
+                    } else if (u >= 0xDC00 && u <= 0xDFFF) {
+                        problem = "", at = i;
+                    } else {
+                        i += 6;
+                    }
+                } else {
+                    i += (i + 1 < len && t[i + 1] < 0x80) ? 2 : 1; /* cJSON judges the rest */
+                }
+            } else if (t[i] < 0x80) {
+                i++;
+            } else {
+                size_t n = emi_utf8_seq(t + i, len - i, why, sizeof why);
+                if (n == 0) problem = why, at = i;
+                i += n;
+            }
+        }
+        if (problem != NULL) {
+            show_literal(t, len, start, lit, sizeof lit);
+            if (problem == why)
+                return ST_FAIL(ctx, "header is not valid UTF-8: %s at byte %zu of the header, "
+                               "in the %s %s", why, at, role, lit);
+            if (problem[0] != '\0')
+                return ST_FAIL(ctx, "header has %s at byte %zu of the header, in the %s %s",
+                               problem, at, role, lit);
+            return ST_FAIL(ctx, "header has a lone surrogate %.6s at byte %zu of the header (it "
+                           "is no character, so has no UTF-8 form), in the %s %s",
+                           (const char *)t + at, at, role, lit);
+        }
+        if (depth == 1 && is_key)
+            in_meta = i - start - 1 == 12 && memcmp(t + start + 1, "__metadata__", 12) == 0;
+        if (i < len) i++; /* the closing quote */
+    }
+    return EM_OK;
+}
+
+/* ---- the entries ---------------------------------------------------------------------------- */
 
 /* Validates one header entry into *e. */
 static em_status parse_entry(const st_ctx *ctx, const cJSON *item, st_entry *e) {
@@ -204,6 +354,22 @@ static em_status parse_entry(const st_ctx *ctx, const cJSON *item, st_entry *e) 
     return EM_OK;
 }
 
+/* Gives back the whole pages of a private read-only file mapping that [p, p + n) covers, once a
+ * tensor has been made from them, so that a load holds one copy of the data at a time rather
+ * than the file and the tensors. The pages are clean, so reading them again (a tensor that
+ * shares a page) faults them back in from the file. */
+static void drop_pages(const uint8_t *p, size_t n) {
+#ifdef MADV_DONTNEED
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
+    uintptr_t hi = ((uintptr_t)p + n) / (uintptr_t)pg * (uintptr_t)pg;
+    if (hi > lo) (void)madvise((void *)lo, (size_t)(hi - lo), MADV_DONTNEED);
+#else
+    (void)p, (void)n;
+#endif
+}
+
 static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_device dev,
                           em_tensor_map **out) {
     if (len < 8)
@@ -221,6 +387,8 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
                                  (unsigned long long)hlen);
     const uint8_t *data = buf + 8 + hlen;
     uint64_t data_len = len - 8 - hlen;
+    em_status hs = check_header_text(ctx, buf + 8, (size_t)hlen);
+    if (hs != EM_OK) return hs;
 
     /* A NUL-terminated copy, so that the parser can never read past the header. */
     char *text = malloc((size_t)hlen + 1);
@@ -289,13 +457,19 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
         order[k] = &entries[k];
         k++;
     }
-    /* duplicates: neighbours once sorted by name */
+    /* duplicates: neighbours once sorted by name; that order is the map's index */
     qsort(order, count, sizeof *order, cmp_name);
     for (size_t i = 1; i < count; i++)
         if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
             s = ST_FAIL(ctx, "duplicate name \"%s\"", order[i]->name);
             goto done;
         }
+    m->by_name = malloc((count ? count : 1) * sizeof *m->by_name);
+    if (m->by_name == NULL) {
+        s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
+        goto done;
+    }
+    for (size_t i = 0; i < count; i++) m->by_name[i] = (size_t)(order[i] - entries);
     /* range and overlap: sorted by begin, each starts at or after the previous end */
     qsort(order, count, sizeof *order, cmp_begin);
     uint64_t max_end = 0;
@@ -350,6 +524,7 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
         free(tmp);
         tmp = NULL;
         if (s != EM_OK) goto done;
+        if (ctx->mapped && bytes > 0) drop_pages(src, bytes);
         m->tensors[m->n] = t;
         m->names[m->n] = strdup(e->name);
         m->n++;
@@ -379,8 +554,41 @@ em_status em_safetensors_load_buffer(const void *data, size_t len, em_device dev
     if (data == NULL && len > 0)
         return em_backend_set_error(EM_ERR_ARG, "em_safetensors_load_buffer: data is NULL");
     static const uint8_t nothing[1];
-    st_ctx ctx = {"em_safetensors_load_buffer", NULL};
+    st_ctx ctx = {"em_safetensors_load_buffer", NULL, false};
     return st_parse(&ctx, data ? data : nothing, len, dev, out);
+}
+
+/* Reads everything fd has left into a new buffer (for what cannot be mapped: a pipe). */
+static em_status read_all(const char *fn, const char *path, int fd, size_t hint, uint8_t **buf,
+                          size_t *len) {
+    size_t cap = hint > 0 ? hint + 1 : (size_t)1 << 16, n = 0;
+    uint8_t *b = malloc(cap);
+    if (b == NULL)
+        return em_backend_set_error(EM_ERR_NOMEM, "%s: %s: out of memory for %zu bytes", fn,
+                                    path, cap);
+    for (;;) {
+        if (n == cap) {
+            uint8_t *nb = cap <= SIZE_MAX / 2 ? realloc(b, cap * 2) : NULL;
+            if (nb == NULL) {
+                free(b);
+                return em_backend_set_error(EM_ERR_NOMEM, "%s: %s: out of memory for more than "
+                                            "%zu bytes", fn, path, cap);
+            }
+            b = nb, cap *= 2;
+        }
+        ssize_t got = read(fd, b + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            int e = errno;
+            free(b);
+            return em_backend_set_error(EM_ERR_IO, "%s: %s: read error (%s)", fn, path,
+                                        strerror(e));
+        }
+        if (got == 0) break;
+        n += (size_t)got;
+    }
+    *buf = b, *len = n;
+    return EM_OK;
 }
 
 em_status em_safetensors_load(const char *path, em_device dev, em_tensor_map **out) {
@@ -388,34 +596,53 @@ em_status em_safetensors_load(const char *path, em_device dev, em_tensor_map **o
     if (path == NULL || out == NULL)
         return em_backend_set_error(EM_ERR_ARG, "%s: %s is NULL", fn,
                                     path == NULL ? "path" : "out");
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return em_backend_set_error(EM_ERR_IO, "%s: %s: cannot open", fn, path);
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return em_backend_set_error(EM_ERR_IO, "%s: %s: cannot determine its size", fn, path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return em_backend_set_error(EM_ERR_IO, "%s: %s: cannot open (%s)", fn, path,
+                                    strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return em_backend_set_error(EM_ERR_IO, "%s: %s: cannot stat (%s)", fn, path,
+                                    strerror(e));
     }
-    uint8_t *buf = malloc(size ? (size_t)size : 1);
-    if (buf == NULL) {
-        fclose(f);
-        return em_backend_set_error(EM_ERR_NOMEM, "%s: %s: out of memory for %ld bytes", fn,
-                                    path, size);
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return em_backend_set_error(EM_ERR_IO, "%s: %s: is a directory", fn, path);
     }
-    size_t got = fread(buf, 1, (size_t)size, f);
-    bool err = ferror(f) != 0;
-    fclose(f);
-    if (err || got != (size_t)size) {
-        free(buf);
-        return em_backend_set_error(EM_ERR_IO, "%s: %s: read error", fn, path);
+    st_ctx ctx = {fn, path, false};
+    em_status s;
+    /* A regular file is mapped, not copied (an empty one cannot be mapped: it is read). */
+    if (S_ISREG(st.st_mode) && st.st_size > 0 && (uintmax_t)st.st_size <= SIZE_MAX) {
+        size_t size = (size_t)st.st_size;
+        void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map != MAP_FAILED) {
+            close(fd);
+            ctx.mapped = true;
+            s = st_parse(&ctx, map, size, dev, out);
+            munmap(map, size);
+            return s;
+        }
     }
-    st_ctx ctx = {fn, path};
-    em_status s = st_parse(&ctx, buf, got, dev, out);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    size_t hint = S_ISREG(st.st_mode) && st.st_size > 0 && (uintmax_t)st.st_size < SIZE_MAX
+                      ? (size_t)st.st_size
+                      : 0;
+    s = read_all(fn, path, fd, hint, &buf, &len);
+    close(fd);
+    if (s != EM_OK) return s;
+    s = st_parse(&ctx, buf, len, dev, out);
     free(buf);
     return s;
 }
 
 /* ---- saving --------------------------------------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
 em_status em_safetensors_save(const char *path, const char *const *names,
                               const em_tensor *const *tensors, size_t n) {
@@ -433,14 +660,30 @@ em_status em_safetensors_save(const char *path, const char *const *names,
                                         "reserved", fn, i);
         if (tensors[i] == NULL)
             return em_backend_set_error(EM_ERR_ARG, "%s: tensors[%zu] is NULL", fn, i);
+        size_t at = 0;
+        char why[128];
+        if (!emi_utf8_check((const uint8_t *)names[i], strlen(names[i]), &at, why, sizeof why))
+            return em_backend_set_error(EM_ERR_ARG, "%s: names[%zu] is not valid UTF-8: %s at "
+                                        "byte %zu", fn, i, why, at);
         if (st_dtype_name(em_tensor_dtype(tensors[i])) == NULL)
             return em_backend_set_error(EM_ERR_DTYPE, "%s: tensor \"%s\": dtype %s cannot be "
                                         "saved", fn, names[i],
                                         em_dtype_name(em_tensor_dtype(tensors[i])));
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(names[i], names[j]) == 0)
-                return em_backend_set_error(EM_ERR_ARG, "%s: duplicate name \"%s\"", fn,
-                                            names[i]);
+    }
+    /* duplicates: neighbours once sorted */
+    if (n > 1) {
+        const char **sorted = malloc(n * sizeof *sorted);
+        if (sorted == NULL) return em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+        memcpy(sorted, names, n * sizeof *sorted);
+        qsort(sorted, n, sizeof *sorted, cmp_str);
+        for (size_t i = 1; i < n; i++)
+            if (strcmp(sorted[i - 1], sorted[i]) == 0) {
+                em_status d = em_backend_set_error(EM_ERR_ARG, "%s: duplicate name \"%s\"", fn,
+                                                   sorted[i]);
+                free(sorted);
+                return d;
+            }
+        free(sorted);
     }
 
     em_status s = EM_OK;

@@ -700,6 +700,318 @@ static void test_safetensors_save_errors(void **state) {
     em_tensor_release(a);
 }
 
+/* ---- safetensors: UTF-8, many tensors, files that cannot be mapped --------------------------- */
+
+/* A header whose only tensor is called `name` (raw JSON string text, between the quotes), with
+ * `meta` (raw JSON object members, or "") as its __metadata__. */
+static void utf8_header(char *h, size_t cap, const char *name, const char *meta) {
+    snprintf(h, cap, "{%s%s%s\"%s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+             meta[0] ? "\"__metadata__\":{" : "", meta, meta[0] ? "}," : "", name);
+}
+
+static void expect_bad_utf8(const char *name, const char *meta, const char *reason,
+                            const char *where) {
+    char h[256];
+    utf8_header(h, sizeof h, name, meta);
+    size_t len = 0;
+    uint8_t *b = image(h, 1, &len);
+    em_tensor_map *m = (em_tensor_map *)(uintptr_t)1;
+    em_clear_error();
+    em_status s = em_safetensors_load_buffer(b, len, REF, &m);
+    free(b);
+    if (s != EM_ERR_IO || strstr(em_last_error(), reason) == NULL ||
+        strstr(em_last_error(), where) == NULL)
+        fail_msg("name \"%s\", metadata {%s}: expected EM_ERR_IO with \"%s\" and \"%s\", got "
+                 "%s: \"%s\"", name, meta, reason, where, em_status_name(s), em_last_error());
+    assert_true(m == (em_tensor_map *)(uintptr_t)1);
+}
+
+/* Loads a header with tensor `name` (raw JSON text) and checks the map holds `want` (bytes). */
+static void expect_name(const char *name, const char *meta, const char *want) {
+    char h[256];
+    utf8_header(h, sizeof h, name, meta);
+    size_t len = 0;
+    uint8_t *b = image(h, 1, &len);
+    em_tensor_map *m = NULL;
+    em_clear_error();
+    em_status s = em_safetensors_load_buffer(b, len, REF, &m);
+    free(b);
+    if (s != EM_OK)
+        fail_msg("name \"%s\", metadata {%s}: %s: %s", name, meta, em_status_name(s),
+                 em_last_error());
+    assert_int_equal(em_tensor_map_size(m), 1);
+    assert_string_equal(em_tensor_map_name(m, 0), want);
+    em_tensor *t = NULL;
+    OK(em_tensor_map_get(m, want, &t));
+    em_tensor_release(t);
+    em_tensor_map_release(m);
+}
+
+static void test_safetensors_utf8(void **state) {
+    (void)state;
+    const char *NAME = "tensor name", *KEY = "__metadata__ key", *VAL = "__metadata__ value";
+    /* valid: 2, 3 and 4 bytes, the edges of each range, an escaped surrogate pair, an escaped
+     * backslash before a "u" */
+    expect_name("caf\xc3\xa9", "", "caf\xc3\xa9");
+    expect_name("\xc2\x80\xdf\xbf", "", "\xc2\x80\xdf\xbf");
+    expect_name("\xe2\x82\xac\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf", "",
+                "\xe2\x82\xac\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf");
+    expect_name("\xf0\x90\x80\x80\xf4\x8f\xbf\xbf", "", "\xf0\x90\x80\x80\xf4\x8f\xbf\xbf");
+    expect_name("smile \\uD83D\\uDE00", "", "smile \xf0\x9f\x98\x80");
+    expect_name("\\u00e9\\u20AC", "", "\xc3\xa9\xe2\x82\xac");
+    expect_name("a\\\\uD800", "", "a\\uD800");
+    expect_name("t", "\"cl\xc3\xa9\":\"\xe2\x82\xac\\uDBFF\\uDFFF\"", "t");
+
+    /* overlong forms */
+    expect_bad_utf8("a\xc0\xaf", "", "overlong", NAME);
+    expect_bad_utf8("a\xc1\xbf", "", "overlong", NAME);
+    expect_bad_utf8("a\xe0\x80\xaf", "", "overlong", NAME);
+    expect_bad_utf8("a\xe0\x9f\xbf", "", "overlong", NAME);
+    expect_bad_utf8("a\xf0\x80\x80\xaf", "", "overlong", NAME);
+    expect_bad_utf8("a\xf0\x8f\xbf\xbf", "", "overlong", NAME);
+    /* surrogates, raw */
+    expect_bad_utf8("a\xed\xa0\x80", "", "surrogate U+D800", NAME);
+    expect_bad_utf8("a\xed\xbf\xbf", "", "surrogate U+DFFF", NAME);
+    /* above U+10FFFF */
+    expect_bad_utf8("a\xf4\x90\x80\x80", "", "above U+10FFFF", NAME);
+    expect_bad_utf8("a\xf5\x80\x80\x80", "", "above U+10FFFF", NAME);
+    expect_bad_utf8("a\xf7\xbf\xbf\xbf", "", "above U+10FFFF", NAME);
+    expect_bad_utf8("a\xf8\x88\x80\x80\x80", "", "0xf8", NAME);
+    expect_bad_utf8("a\xff", "", "0xff", NAME);
+    /* truncated sequences: at the end of the string, before another character */
+    expect_bad_utf8("a\xc3", "", "truncated", NAME);
+    expect_bad_utf8("a\xe2\x82", "", "truncated", NAME);
+    expect_bad_utf8("a\xf0\x9f\x98", "", "truncated", NAME);
+    expect_bad_utf8("a\xe2x", "", "truncated", NAME);
+    /* stray continuation bytes */
+    expect_bad_utf8("a\x80", "", "stray continuation byte 0x80", NAME);
+    expect_bad_utf8("\xbf", "", "stray continuation byte 0xbf", NAME);
+    expect_bad_utf8("\xc3\xa9\xa9", "", "stray continuation", NAME);
+    /* the message shows the string, with the bad bytes escaped */
+    expect_bad_utf8("w\xc0\xaf", "", "\"w\\xc0\\xaf\"", NAME);
+    /* lone surrogate escapes, which would unescape into invalid UTF-8 */
+    expect_bad_utf8("\\uD800", "", "lone surrogate \\uD800", NAME);
+    expect_bad_utf8("x\\udbff", "", "lone surrogate \\udbff", NAME);
+    expect_bad_utf8("\\uDC00", "", "lone surrogate \\uDC00", NAME);
+    expect_bad_utf8("\\uD800\\u0041", "", "lone surrogate \\uD800", NAME);
+    expect_bad_utf8("\\uD800x", "", "lone surrogate \\uD800", NAME);
+    expect_bad_utf8("\\uDE00\\uD83D", "", "lone surrogate \\uDE00", NAME);
+    /* \u0000: a C string cannot hold it */
+    expect_bad_utf8("a\\u0000b", "", "\\u0000", NAME);
+    /* metadata keys and values */
+    expect_bad_utf8("t", "\"k\xff\":\"v\"", "0xff", KEY);
+    expect_bad_utf8("t", "\"k\":\"v\xed\xa0\x80\"", "surrogate U+D800", VAL);
+    expect_bad_utf8("t", "\"k\":\"ok\",\"k2\":\"\\uDFFF\"", "lone surrogate \\uDFFF", VAL);
+    expect_bad_utf8("t", "\"\\uD800\":\"v\"", "lone surrogate", KEY);
+    expect_bad_utf8("t", "\"k\":\"\xc0\x80\"", "overlong", VAL);
+    /* anywhere else in the header (the whole header is JSON, so UTF-8) */
+    expect_corrupt("{\"t\":{\"dtype\":\"U8\xe9\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                   "not valid UTF-8");
+    expect_corrupt("{}  \xc2", 0, "not valid UTF-8");
+    expect_corrupt("{\"t\xe2\x82", 0, "not valid UTF-8");
+
+    /* the writer refuses names that are not UTF-8, and round-trips those that are */
+    em_tensor *a = NULL;
+    const int64_t shape[1] = {1};
+    const uint8_t v = 7;
+    OK(em_tensor_from_data(&v, EM_U8, shape, 1, REF, &a));
+    const em_tensor *ts[3] = {a, a, a};
+    const char *p = tmp_path("utf8.safetensors");
+    static const char *const bad[] = {"a\xc0\xaf", "\xed\xa0\x80", "x\xf4\x90\x80\x80",
+                                      "ok\xe2\x82", "\x80", "\xfe"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *names[2] = {"fine", bad[i]};
+        FAILS(EM_ERR_ARG, "names[1] is not valid UTF-8", em_safetensors_save(p, names, ts, 2));
+        assert_int_equal(access(p, F_OK), -1);
+    }
+    const char *good[3] = {"caf\xc3\xa9", "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf"};
+    OK(em_safetensors_save(p, good, ts, 3));
+    em_tensor_map *m = NULL;
+    OK(em_safetensors_load(p, REF, &m));
+    assert_int_equal(em_tensor_map_size(m), 3);
+    for (size_t i = 0; i < 3; i++) assert_string_equal(em_tensor_map_name(m, i), good[i]);
+    em_tensor_map_release(m);
+    em_tensor_release(a);
+}
+
+/* 100,000 tiny tensors: save, load, every one read back by name (in reverse order), a missing
+ * name, and duplicates far apart in a big header. Quick once the map is indexed (it took
+ * minutes with a linear scan per lookup and a quadratic duplicate check in save). */
+static void test_safetensors_many(void **state) {
+    (void)state;
+    enum { M = 100000 };
+    char **names = malloc(M * sizeof *names);
+    em_tensor **ts = malloc(M * sizeof *ts);
+    assert_true(names != NULL && ts != NULL);
+    const int64_t shape[1] = {1};
+    for (int i = 0; i < M; i++) {
+        names[i] = malloc(32);
+        assert_non_null(names[i]);
+        /* not in sorted order, and sharing long prefixes */
+        snprintf(names[i], 32, "model.layers.%d.w", (i * 7919) % M);
+        int32_t val = (i * 7919) % M;
+        OK(em_tensor_from_data(&val, EM_I32, shape, 1, REF, &ts[i]));
+    }
+    const char *p = tmp_path("many.safetensors");
+    OK(em_safetensors_save(p, (const char *const *)names, (const em_tensor *const *)ts, M));
+    em_tensor_map *m = NULL;
+    OK(em_safetensors_load(p, REF, &m));
+    assert_int_equal(em_tensor_map_size(m), M);
+    for (int i = M - 1; i >= 0; i--) {
+        assert_string_equal(em_tensor_map_name(m, (size_t)i), names[i]); /* header order */
+        em_tensor *t = NULL;
+        OK(em_tensor_map_get(m, names[i], &t));
+        int32_t got = -1;
+        OK(em_tensor_to_data(t, &got, sizeof got));
+        assert_int_equal(got, (i * 7919) % M);
+        em_tensor_release(t);
+    }
+    em_tensor *t = (em_tensor *)(uintptr_t)1;
+    FAILS(EM_ERR_ARG, "no tensor named \"model.layers.100000.w\"",
+          em_tensor_map_get(m, "model.layers.100000.w", &t));
+    FAILS(EM_ERR_ARG, "no tensor named \"model.layers.1.\"",
+          em_tensor_map_get(m, "model.layers.1.", &t));
+    FAILS(EM_ERR_ARG, "no tensor named \"\"", em_tensor_map_get(m, "", &t));
+    assert_true(t == (em_tensor *)(uintptr_t)1);
+    em_tensor_map_release(m);
+
+    /* the saver: a duplicate pair far apart among many names */
+    char *keep = names[M - 1];
+    names[M - 1] = names[3];
+    char want[64];
+    snprintf(want, sizeof want, "duplicate name \"%s\"", names[3]);
+    FAILS(EM_ERR_ARG, want,
+          em_safetensors_save(p, (const char *const *)names, (const em_tensor *const *)ts, M));
+    names[M - 1] = keep;
+
+    /* the loader: a header of M entries whose first and last share a name */
+    size_t cap = (size_t)M * 96 + 64, hl = 0;
+    char *h = malloc(cap);
+    assert_non_null(h);
+    hl += (size_t)snprintf(h + hl, cap - hl, "{");
+    for (int i = 0; i < M; i++)
+        hl += (size_t)snprintf(h + hl, cap - hl,
+                               "%s\"n%d\":{\"dtype\":\"U8\",\"shape\":[1],"
+                               "\"data_offsets\":[%d,%d]}",
+                               i ? "," : "", i == M - 1 ? 0 : i, i, i + 1);
+    hl += (size_t)snprintf(h + hl, cap - hl, "}");
+    expect_corrupt(h, M, "duplicate name \"n0\"");
+    free(h);
+
+    for (int i = 0; i < M; i++) free(names[i]), em_tensor_release(ts[i]);
+    free(names), free(ts);
+}
+
+/* Files that cannot be mapped are read instead: a pipe, an empty file; a directory is an
+ * error. A file whose tensors are not aligned loads from its mapping too. */
+static void test_safetensors_unmappable(void **state) {
+    (void)state;
+    const char *hdr = "{\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},"
+                      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[3,11]}}";
+    size_t len = 0;
+    uint8_t *b = image(hdr, 11, &len); /* 107-byte header: b starts at byte 118, unaligned */
+    const uint8_t av[3] = {1, 2, 3};
+    const float bv[2] = {1.5f, -2.0f};
+    memcpy(b + len - 11, av, 3);
+    memcpy(b + len - 8, bv, 8);
+    const char *p = tmp_path("unaligned.safetensors");
+    write_file(p, b, len);
+    for (int via_pipe = 0; via_pipe < 2; via_pipe++) {
+        char path[64];
+        int fds[2] = {-1, -1};
+        if (via_pipe) {
+            assert_int_equal(pipe(fds), 0);
+            assert_int_equal(write(fds[1], b, len), (ssize_t)len); /* fits a pipe's buffer */
+            close(fds[1]);
+            snprintf(path, sizeof path, "/proc/self/fd/%d", fds[0]);
+            if (access(path, R_OK) != 0) {
+                close(fds[0]);
+                print_message("no /proc/self/fd: the pipe case is skipped\n");
+                break;
+            }
+        } else {
+            snprintf(path, sizeof path, "%s", p);
+        }
+        em_tensor_map *m = NULL;
+        OK(em_safetensors_load(path, REF, &m));
+        assert_int_equal(em_tensor_map_size(m), 2);
+        em_tensor *t = NULL;
+        uint8_t ag[3];
+        float bg[2];
+        OK(em_tensor_map_get(m, "a", &t));
+        OK(em_tensor_to_data(t, ag, sizeof ag));
+        em_tensor_release(t);
+        OK(em_tensor_map_get(m, "b", &t));
+        OK(em_tensor_to_data(t, bg, sizeof bg));
+        em_tensor_release(t);
+        assert_memory_equal(ag, av, 3);
+        assert_memory_equal(bg, bv, 8);
+        em_tensor_map_release(m);
+        if (via_pipe) close(fds[0]);
+    }
+    /* a corrupt image through a pipe is refused like a file */
+    {
+        int fds[2];
+        assert_int_equal(pipe(fds), 0);
+        assert_int_equal(write(fds[1], b, len - 1), (ssize_t)(len - 1));
+        close(fds[1]);
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fds[0]);
+        em_tensor_map *m = NULL;
+        if (access(path, R_OK) == 0)
+            FAILS(EM_ERR_IO, "exceed the 10 data bytes", em_safetensors_load(path, REF, &m));
+        close(fds[0]);
+    }
+    free(b);
+    em_tensor_map *m = NULL;
+    const char *empty = tmp_path("empty.safetensors");
+    write_file(empty, "", 0);
+    FAILS(EM_ERR_IO, "too short", em_safetensors_load(empty, REF, &m));
+    FAILS(EM_ERR_IO, "is a directory", em_safetensors_load(tmpdir, REF, &m));
+    assert_null(m);
+}
+
+/* A file loaded from its mapping, with tensors of several pages listed out of data order and
+ * sharing pages with their neighbours: every byte arrives (the pages of each tensor are given
+ * back once it is made, and re-read where a neighbour needs them). */
+static void test_safetensors_mapped_pages(void **state) {
+    (void)state;
+    const char *hdr =
+        "{\"late\":{\"dtype\":\"U8\",\"shape\":[3,4099],\"data_offsets\":[20483,32780]},"
+        "\"mid\":{\"dtype\":\"I8\",\"shape\":[16384],\"data_offsets\":[4099,20483]},"
+        "\"early\":{\"dtype\":\"U8\",\"shape\":[4099],\"data_offsets\":[0,4099]},"
+        "\"tail\":{\"dtype\":\"U8\",\"shape\":[5],\"data_offsets\":[32780,32785]}}";
+    const size_t D = 32785;
+    size_t len = 0;
+    uint8_t *b = image(hdr, D, &len);
+    uint8_t *data = b + len - D;
+    for (size_t i = 0; i < D; i++) data[i] = (uint8_t)((i * 2654435761u) >> 13);
+    const char *p = tmp_path("pages.safetensors");
+    write_file(p, b, len);
+    static const struct { const char *name; size_t begin, end; } want[] = {
+        {"late", 20483, 32780}, {"mid", 4099, 20483}, {"early", 0, 4099}, {"tail", 32780, 32785}};
+    uint8_t *got = malloc(D);
+    assert_non_null(got);
+    for (int round = 0; round < 2; round++) {
+        em_tensor_map *m = NULL;
+        OK(em_safetensors_load(p, REF, &m));
+        assert_int_equal(em_tensor_map_size(m), 4);
+        for (size_t k = 0; k < 4; k++) {
+            assert_string_equal(em_tensor_map_name(m, k), want[k].name);
+            em_tensor *t = NULL;
+            OK(em_tensor_map_get(m, want[k].name, &t));
+            size_t n = want[k].end - want[k].begin;
+            OK(em_tensor_to_data(t, got, n));
+            if (memcmp(got, data + want[k].begin, n) != 0)
+                fail_msg("round %d: tensor %s differs from the file", round, want[k].name);
+            em_tensor_release(t);
+        }
+        em_tensor_map_release(m);
+    }
+    free(got);
+    free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idx_round_trip),
@@ -710,6 +1022,10 @@ int main(void) {
         cmocka_unit_test(test_safetensors_reference_file),
         cmocka_unit_test(test_safetensors_corrupt),
         cmocka_unit_test(test_safetensors_save_errors),
+        cmocka_unit_test(test_safetensors_utf8),
+        cmocka_unit_test(test_safetensors_many),
+        cmocka_unit_test(test_safetensors_unmappable),
+        cmocka_unit_test(test_safetensors_mapped_pages),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }
