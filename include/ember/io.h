@@ -78,21 +78,31 @@ typedef struct em_tensor_map em_tensor_map;
  *  given. Tensors may live on any device (they are read back with em_tensor_to_data); they are
  *  borrowed. The file is written to "<path>.tmp" and renamed over `path` when complete.
  *  Supported dtypes: f32 f64 f16 bf16 i64 i32 i16 i8 u8 bool. Errors: EM_ERR_ARG (NULL path,
- *  NULL names or tensors with n > 0, a NULL or empty name, the reserved name "__metadata__", a
- *  duplicate name, a NULL tensor), EM_ERR_DTYPE (a quantized tensor), EM_ERR_IO (the file
- *  cannot be written), EM_ERR_NOMEM, and whatever em_tensor_to_data reports. */
+ *  NULL names or tensors with n > 0, a NULL or empty name, a name that is not valid UTF-8 (the
+ *  header is JSON; the message says what is wrong and at which byte), the reserved name
+ *  "__metadata__", a duplicate name, a NULL tensor), EM_ERR_DTYPE (a quantized tensor),
+ *  EM_ERR_IO (the file cannot be written), EM_ERR_NOMEM, and whatever em_tensor_to_data
+ *  reports. */
 em_status em_safetensors_save(const char *path, const char *const *names,
                               const em_tensor *const *tensors, size_t n);
 
 /** Reads the safetensors file at `path` and creates its tensors on dev. *out gets a new map,
- *  released with em_tensor_map_release. Errors: EM_ERR_ARG (NULL argument), EM_ERR_IO (the file
- *  cannot be read, or is invalid: see em_safetensors_load_buffer; the message names the file),
- *  EM_ERR_DEVICE, EM_ERR_NOMEM. */
+ *  released with em_tensor_map_release. A regular file is mapped (read-only, private) rather
+ *  than copied into memory, and the pages of each tensor are given back once it is made, so a
+ *  load needs about the size of the tensors, not twice the file; the file must not be truncated
+ *  while it loads. What cannot be mapped (a pipe) is read whole instead. Errors:
+ *  EM_ERR_ARG (NULL argument), EM_ERR_IO (the file cannot be opened or read, is a directory, or
+ *  is invalid: see em_safetensors_load_buffer; the message names the file), EM_ERR_DEVICE,
+ *  EM_ERR_NOMEM. */
 em_status em_safetensors_load(const char *path, em_device dev, em_tensor_map **out);
 
 /** Parses a safetensors image of `len` bytes at `data` (borrowed; copied) and creates its
  *  tensors on dev. Everything is validated and each failure is EM_ERR_IO with the reason: a
  *  buffer shorter than 8 bytes, a header length beyond the buffer (or above 100 MB), a header
+ *  that is not valid UTF-8 (an overlong form, a surrogate U+D800..U+DFFF, a code point above
+ *  U+10FFFF, a truncated sequence, a stray continuation byte, a byte 0xF8..0xFF: the message
+ *  gives the bytes, their offset in the header and the tensor name or __metadata__ key or value
+ *  that holds them), a string escaping a lone surrogate ("\uD800") or "\u0000", a header
  *  that is not a JSON object, an entry without a string "dtype", an integer array "shape" or a
  *  two-integer "data_offsets", an unknown or unsupported dtype, rank > 8, a negative or
  *  non-integer dimension, an element count that overflows, offsets out of range, reversed,
@@ -110,7 +120,8 @@ size_t em_tensor_map_size(const em_tensor_map *m);
 const char *em_tensor_map_name(const em_tensor_map *m, size_t i);
 
 /** Writes a new reference to the tensor called `name` into *out (release it with
- *  em_tensor_release). EM_ERR_ARG for a NULL argument or a name that is not in the map. */
+ *  em_tensor_release). A binary search: O(log n) in the number of tensors. EM_ERR_ARG for a
+ *  NULL argument or a name that is not in the map. */
 em_status em_tensor_map_get(const em_tensor_map *m, const char *name, em_tensor **out);
 
 /** Frees the map and releases its references to the tensors (tensors obtained with
