@@ -326,9 +326,118 @@ static void test_fake_servers(void **state) {
     }
 }
 
+/* ---- a scripted server: how replies are cut into TCP segments is not the client's business:
+ * a reply that trickles in byte by byte, and several replies (a small one and one larger than
+ * the client's receive buffer) in one segment, are taken apart exactly ---- */
+
+static void fill_pattern(uint8_t *p, size_t n, uint64_t id, uint64_t off) {
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(id * 31 + off + i * 7);
+}
+
+static void *scripted_main(void *arg) {
+    fake *f = arg;
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    rw_writer w = {0};
+    uint8_t ch[RW_NONCE_BYTES] = {9, 8, 7};
+    size_t start = rw_begin(&w, RW_HELLO);
+    rw_put_bytes(&w, RW_MAGIC, 4);
+    rw_put_u16(&w, RW_VERSION);
+    rw_put_u16(&w, 0);
+    rw_put_bytes(&w, ch, sizeof ch);
+    rw_end(&w, start);
+    rn_send_all(fd, w.p, w.len);
+    rn_frame fr = {0};
+    if (rn_recv_frame(fd, &fr, RW_MAX_PREAUTH) == 1 && fr.len == 73) {
+        rw_welcome wl = {.max_msg = RW_DEFAULT_MAX_MSG, .slots = ~0u};
+        snprintf(wl.name, sizeof wl.name, "cpu");
+        rn_mac(wl.mac, TOKEN, strlen(TOKEN), "ember-server-v1", fr.p + 9, ch);
+        w.len = 0;
+        rw_encode_welcome(&w, &wl);
+        rn_send_all(fd, w.p, w.len);
+        w.len = 0; /* replies to READs, sent together once three are pending */
+        int syncs = 0, reads = 0;
+        while (rn_recv_frame(fd, &fr, RW_DEFAULT_MAX_MSG) == 1 && fr.p[0] != RW_BYE) {
+            if (fr.p[0] == RW_READ && fr.len == 25) {
+                uint64_t id = rw_le64(fr.p + 1), off = rw_le64(fr.p + 9), n = rw_le64(fr.p + 17);
+                start = rw_begin(&w, RW_DATA);
+                uint8_t *tmp = malloc(n ? n : 1);
+                fill_pattern(tmp, n, id, off);
+                rw_put_bytes(&w, tmp, n);
+                free(tmp);
+                rw_end(&w, start);
+                if (++reads == 3) { /* the em_read_many group: three replies, one send */
+                    rn_send_all(fd, w.p, w.len);
+                    w.len = 0;
+                    reads = 0;
+                }
+            } else if (fr.p[0] == RW_SYNC) {
+                const uint8_t ok[5] = {1, 0, 0, 0, RW_OK};
+                if (syncs++ == 0) { /* the first one byte by byte */
+                    for (int i = 0; i < 5; i++) {
+                        rn_send_all(fd, ok + i, 1);
+                        usleep(2000);
+                    }
+                } else {
+                    rn_send_all(fd, ok, 5);
+                }
+            }
+        }
+    }
+    rn_frame_free(&fr);
+    rw_writer_free(&w);
+    close(fd);
+    return NULL;
+}
+
+static void test_replies_cut_anyhow(void **state) {
+    (void)state;
+    fake f = {0};
+    int port = 0;
+    char err[100], a[64];
+    f.lfd = rn_listen("127.0.0.1:0", &port, err, sizeof err);
+    assert_true(f.lfd >= 0);
+    assert_int_equal(pthread_create(&f.th, NULL, scripted_main, &f), 0);
+    snprintf(a, sizeof a, "127.0.0.1:%d", port);
+    em_device dev;
+    assert_int_equal(em_remote_connect(a, TOKEN, &dev), EM_OK);
+    assert_int_equal(em_remote_sync(dev), EM_OK); /* OK in 5 segments */
+    const int64_t small_n = 3, big_n = 24 << 10; /* 12 bytes and 96 KiB */
+    em_tensor *t1, *t2, *t3;
+    assert_int_equal(em_zeros(&small_n, 1, EM_F32, dev, &t1), EM_OK);
+    assert_int_equal(em_zeros(&big_n, 1, EM_F32, dev, &t2), EM_OK);
+    assert_int_equal(em_zeros(&small_n, 1, EM_F32, dev, &t3), EM_OK);
+    /* three reads, their replies in one send */
+    em_tensor *const ts[3] = {t1, t2, t3};
+    uint8_t *got[3], *want[3];
+    size_t sz[3] = {12, 96u << 10, 12};
+    for (int i = 0; i < 3; i++) {
+        got[i] = calloc(1, sz[i]);
+        want[i] = malloc(sz[i]);
+        assert_non_null(got[i]);
+        assert_non_null(want[i]);
+    }
+    assert_int_equal(em_read_many(ts, 3, (void *const *)got, sz), EM_OK);
+    /* ids: 1, 2, 3 in the order of the allocs */
+    for (int i = 0; i < 3; i++) {
+        fill_pattern(want[i], sz[i], (uint64_t)i + 1, 0);
+        assert_memory_equal(got[i], want[i], sz[i]);
+    }
+    assert_int_equal(em_remote_sync(dev), EM_OK);
+    for (int i = 0; i < 3; i++) {
+        free(got[i]);
+        free(want[i]);
+        em_tensor_release(ts[i]);
+    }
+    assert_int_equal(em_remote_disconnect(dev), EM_OK);
+    pthread_join(f.th, NULL);
+    close(f.lfd);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fake_servers),
+        cmocka_unit_test(test_replies_cut_anyhow),
         cmocka_unit_test(test_ops_and_transfers),
         cmocka_unit_test(test_pipelined_error),
         cmocka_unit_test(test_wrong_token_and_bad_args),

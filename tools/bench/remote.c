@@ -5,14 +5,25 @@
  *
  * Starts an ember-server engine in this process (hosting --device) on 127.0.0.1 and reports:
  *   - round trip: em_remote_sync on an idle connection, and a 1-element add + read, against a
- *     raw TCP ping-pong of one byte (the floor any request-reply pays on this machine);
+ *     raw TCP ping-pong of one byte (the floor any request-reply pays on this machine), with
+ *     the ratio of each to raw (goal <= 1.5). A loopback round trip costs what the scheduler
+ *     makes of it: a woken thread that runs on the waker's CPU (the waker goes to sleep) costs
+ *     one context switch, one woken on another CPU an interrupt to that CPU and, when that CPU
+ *     is idle, its wake-up (2-4x the former on a VM). Which of the two a pair of threads gets
+ *     is chance: it settles as the load balancer and the wake-up heuristics place them, and it
+ *     differs between the raw peer and the server's thread of the same run. So the bench fixes
+ *     the placement: the server's threads and the raw peer run on one CPU (S) and the client
+ *     measures twice, on S ("same CPU") and on another CPU ("across CPUs"; with two CPUs or
+ *     more). The three are measured in interleaved blocks of calls and each figure is the
+ *     median of its blocks' means, so that load that comes and goes hits all three alike;
  *   - pipelined ops: 1-element adds sent back to back and waited for once, against the same
  *     adds each followed by a sync (what an unpipelined protocol would cost);
  *   - bulk transfer: --mb MiB written (em_tensor_from_data + sync) and read (em_read_many),
  *     in MB/s, against a raw TCP copy of the same bytes over loopback (goal: ratio >= 0.8).
- * Figures are medians over --rounds.
+ * The other figures are medians over --rounds.
  */
 #include <errno.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -60,6 +71,69 @@ static void *raw_main(void *arg) {
 
 static double now_s(void) { return bench_now_ns() * 1e-9; }
 
+/* Runs the calling thread on cpu only (cpu < 0: on the CPUs of mask). */
+static void pin(int cpu, const cpu_set_t *mask) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    if (cpu >= 0) CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, cpu >= 0 ? &one : mask);
+}
+
+enum { RT_BLOCK = 50, RT_BLOCKS = 40 }; /* calls a block; blocks a round and kind */
+
+/* One block of n round trips of one kind: 0 raw ping-pong, 1 sync, 2 add + read; the mean. */
+static double rt_block(int kind, int n, int rfd, em_device dev, em_tensor *a, em_tensor *b) {
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        if (kind == 0) {
+            char c = 'p';
+            rn_send_all(rfd, &c, 1);
+            rn_recv_all(rfd, &c, 1);
+        } else if (kind == 1) {
+            em_remote_sync(dev);
+        } else {
+            em_tensor *c;
+            float out;
+            em_add(a, b, &c);
+            em_tensor_to_data(c, &out, sizeof out);
+            em_tensor_release(c);
+        }
+    }
+    return (now_s() - t0) / n;
+}
+
+/* The three round trips with the client on its present CPU: medians of block means, in s. */
+static void rt_measure(long rounds, int rfd, em_device dev, em_tensor *a, em_tensor *b,
+                       double med[3]) {
+    int nb = (int)rounds * RT_BLOCKS;
+    double *t = malloc(3 * (size_t)nb * sizeof *t);
+    if (!t) {
+        med[0] = med[1] = med[2] = 0;
+        return;
+    }
+    for (int k = 0; k < 3; k++) rt_block(k, 200, rfd, dev, a, b); /* settle on the CPUs */
+    for (int j = 0; j < nb; j++)
+        for (int q = 0; q < 3; q++) { /* the order turns, so that none always comes first */
+            int k = (j + q) % 3;
+            t[k * nb + j] = rt_block(k, RT_BLOCK, rfd, dev, a, b);
+        }
+    for (int k = 0; k < 3; k++) med[k] = bench_median(t + k * nb, nb);
+    free(t);
+}
+
+static void rt_report(const char *what, const double med[3]) {
+    const char *name[3] = {"raw TCP 1-byte ping-pong", "em_remote_sync", "add + read of 1 element"};
+    printf("round trip, %s:\n", what);
+    for (int k = 0; k < 3; k++) {
+        printf("  %-24s : %8.1f us", name[k], med[k] * 1e6);
+        if (k > 0) {
+            double r = med[k] / med[0];
+            printf("  (ratio to raw %.2f%s)", r, r <= 1.5 ? "" : ", above the 1.5 goal");
+        }
+        printf("\n");
+    }
+}
+
 int bench_remote(int argc, char **argv) {
     long mb = 64, rounds = 5, ops = 20000;
     const char *device = "cpu";
@@ -79,6 +153,18 @@ int bench_remote(int argc, char **argv) {
         }
     }
     if (rounds > 64) rounds = 64;
+    /* the server's threads and the raw peer inherit CPU s from this thread (see above) */
+    cpu_set_t mask;
+    int cpu_s = -1, cpu_c = -1;
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
+        for (int i = 0; i < CPU_SETSIZE; i++)
+            if (CPU_ISSET(i, &mask)) {
+                if (cpu_c < 0) cpu_c = i;
+                cpu_s = i;
+            }
+        if (cpu_c == cpu_s) cpu_c = -1;
+        if (cpu_s >= 0) pin(cpu_s, NULL);
+    }
     rs_config cfg = {.listen = "127.0.0.1:0", .token = TOKEN};
     if (em_device_parse(device, &cfg.device) != EM_OK) {
         fprintf(stderr, "ember-bench remote: %s\n", em_last_error());
@@ -116,35 +202,28 @@ int bench_remote(int argc, char **argv) {
            device, mb, rounds);
 
     /* ---- round trips ---- */
-    enum { PINGS = 2000 };
-    double t_raw[64], t_sync[64], t_op[64], t_pipe[64], t_unpipe[64];
+    double t_pipe[64], t_unpipe[64];
     const int64_t one = 1;
     const float v = 1;
     em_tensor *a, *b;
     em_tensor_from_data(&v, EM_F32, &one, 1, dev, &a);
     em_tensor_from_data(&v, EM_F32, &one, 1, dev, &b);
+    double same[3], across[3];
+    char what[96];
+    rt_measure(rounds, rfd, dev, a, b, same);
+    if (cpu_s >= 0) snprintf(what, sizeof what, "same CPU (client and server on cpu %d)", cpu_s);
+    else snprintf(what, sizeof what, "threads where the scheduler puts them");
+    rt_report(what, same);
+    if (cpu_c >= 0) {
+        pin(cpu_c, NULL);
+        rt_measure(rounds, rfd, dev, a, b, across);
+        snprintf(what, sizeof what, "across CPUs (client on cpu %d, server on cpu %d)", cpu_c, cpu_s);
+        rt_report(what, across);
+    }
+    if (cpu_s >= 0) pin(-1, &mask); /* the client runs anywhere again; the server stays */
     for (long r = 0; r < rounds; r++) {
-        double t0 = now_s();
-        for (int i = 0; i < PINGS; i++) {
-            char c = 'p';
-            rn_send_all(rfd, &c, 1);
-            rn_recv_all(rfd, &c, 1);
-        }
-        t_raw[r] = (now_s() - t0) / PINGS;
-        t0 = now_s();
-        for (int i = 0; i < PINGS; i++) em_remote_sync(dev);
-        t_sync[r] = (now_s() - t0) / PINGS;
-        t0 = now_s();
-        for (int i = 0; i < PINGS; i++) {
-            em_tensor *c;
-            float out;
-            em_add(a, b, &c);
-            em_tensor_to_data(c, &out, sizeof out);
-            em_tensor_release(c);
-        }
-        t_op[r] = (now_s() - t0) / PINGS;
         /* pipelined: ops adds, one wait */
-        t0 = now_s();
+        double t0 = now_s();
         for (long i = 0; i < ops; i++) {
             em_tensor *c;
             em_add(a, b, &c);
@@ -162,14 +241,7 @@ int bench_remote(int argc, char **argv) {
         }
         t_unpipe[r] = (now_s() - t0) / (double)few;
     }
-    double raw = bench_median(t_raw, (int)rounds), sync = bench_median(t_sync, (int)rounds);
-    double op = bench_median(t_op, (int)rounds), pipe = bench_median(t_pipe, (int)rounds);
-    double unpipe = bench_median(t_unpipe, (int)rounds);
-    printf("round trip, raw TCP 1-byte ping-pong : %8.1f us\n", raw * 1e6);
-    printf("round trip, em_remote_sync          : %8.1f us  (ratio to raw %.2f)\n", sync * 1e6,
-           sync / raw);
-    printf("round trip, add + read of 1 element : %8.1f us  (ratio to raw %.2f)\n", op * 1e6,
-           op / raw);
+    double pipe = bench_median(t_pipe, (int)rounds), unpipe = bench_median(t_unpipe, (int)rounds);
     printf("pipelined adds                      : %8.0f ops/s (%.2f us/op)\n", 1 / pipe, pipe * 1e6);
     printf("adds each followed by a sync        : %8.0f ops/s; pipelining speedup %.1fx\n",
            1 / unpipe, unpipe / pipe);

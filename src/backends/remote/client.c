@@ -25,6 +25,8 @@
 #define RC_INLINE_WRITE (32u << 10) /* larger write payloads go straight to the socket */
 #define RC_READ_GROUP 128          /* read requests sent before their replies are taken */
 #define RC_HANDSHAKE_TIMEOUT_S 15
+#define RC_RBUF (16u << 10)       /* replies are received through this buffer... */
+#define RC_RBUF_DIRECT (RC_RBUF / 4) /* ...but payloads this large go straight to their place */
 
 enum { RC_UNUSED = 0, RC_LIVE, RC_BROKEN, RC_CLOSED };
 
@@ -36,6 +38,8 @@ typedef struct rc_conn {
     uint64_t next_id;
     rw_writer out;
     rn_frame in;
+    uint8_t *rbuf; /* received, not yet consumed: rbuf[rpos..rlen) */
+    size_t rpos, rlen;
     rw_welcome wl;
     uint64_t in_use, peak, ntensors;
     char why[160]; /* why the connection broke */
@@ -54,6 +58,7 @@ static em_status rc_broke(rc_conn *c, const char *what, int err) {
         c->fd = -1;
         c->state = RC_BROKEN;
         c->out.len = 0;
+        c->rpos = c->rlen = 0;
     }
     return em_backend_set_error(EM_ERR_IO, "remote:%d: connection lost (%s)", c->index, c->why);
 }
@@ -95,12 +100,48 @@ static em_status rc_server_error(rc_conn *c, const uint8_t *body, size_t len) {
     return em_backend_set_error(EM_ERR_BACKEND, "remote: %.*s", (int)n, (const char *)msg);
 }
 
+/* Receives exactly n bytes of replies into dst: 1, 0 on EOF, -1 on an error (errno). A reply's
+ * header and body, and replies that arrive together, cost one recv between them. */
+static int rc_recv(rc_conn *c, void *dst, size_t n) {
+    char *d = dst;
+    while (n) {
+        if (c->rpos < c->rlen) {
+            size_t k = c->rlen - c->rpos < n ? c->rlen - c->rpos : n;
+            memcpy(d, c->rbuf + c->rpos, k);
+            d += k;
+            c->rpos += k;
+            n -= k;
+            continue;
+        }
+        if (n >= RC_RBUF_DIRECT) return rn_recv_all(c->fd, d, n);
+        ssize_t k = recv(c->fd, c->rbuf, RC_RBUF, 0);
+        if (k == 0) return 0;
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        c->rpos = 0;
+        c->rlen = (size_t)k;
+    }
+    return 1;
+}
+
 /* Receives one reply frame into c->in. */
 static em_status rc_reply(rc_conn *c) {
-    int rc = rn_recv_frame(c->fd, &c->in, (size_t)c->wl.max_msg);
+    uint8_t hdr[4];
+    int rc = rc_recv(c, hdr, 4);
+    uint32_t len = rc == 1 ? rw_le32(hdr) : 0;
+    if (rc == 1 && (len == 0 || len > c->wl.max_msg)) return rc_broke(c, "malformed reply", 0);
+    if (rc == 1 && len > c->in.cap) {
+        uint8_t *p = realloc(c->in.p, len);
+        if (!p) return rc_broke(c, "out of memory receiving a reply", 0);
+        c->in.p = p;
+        c->in.cap = len;
+    }
+    if (rc == 1) rc = rc_recv(c, c->in.p, len);
     if (rc == 0) return rc_broke(c, "the server closed the connection", 0);
-    if (rc == -1) return rc_broke(c, "recv", errno);
-    if (rc < 0) return rc_broke(c, "malformed reply", 0);
+    if (rc < 0) return rc_broke(c, "recv", errno);
+    c->in.len = len;
     return EM_OK;
 }
 
@@ -237,15 +278,15 @@ static em_status rc_read_locked(rc_conn *c, int n, const void *const *bufs, cons
             }
             size_t k = bytes[i] - done < chunk ? bytes[i] - done : chunk;
             uint8_t hdr[5];
-            int rc = rn_recv_all(c->fd, hdr, 5);
+            int rc = rc_recv(c, hdr, 5);
             if (rc <= 0) return rc_broke(c, rc ? "recv" : "the server closed the connection", rc ? errno : 0);
             uint32_t len = rw_le32(hdr);
             if (hdr[4] == RW_DATA && len == k + 1) {
-                rc = rn_recv_all(c->fd, (char *)dsts[i] + done, k);
+                rc = rc_recv(c, (char *)dsts[i] + done, k);
                 if (rc <= 0) return rc_broke(c, rc ? "recv" : "the server closed the connection", rc ? errno : 0);
             } else if (hdr[4] == RW_ERROR && len >= 4 && len <= 4096) {
                 uint8_t body[4096];
-                rc = rn_recv_all(c->fd, body, len - 1);
+                rc = rc_recv(c, body, len - 1);
                 if (rc <= 0) return rc_broke(c, rc ? "recv" : "the server closed the connection", rc ? errno : 0);
                 if (first == EM_OK) first = rc_server_error(c, body, len - 1);
                 if (c->state != RC_LIVE) return first;
@@ -501,11 +542,17 @@ em_status em_remote_connect(const char *addr, const char *token, em_device *out)
     }
     struct timeval none = {0, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+    uint8_t *rbuf = malloc(RC_RBUF);
+    if (!rbuf) {
+        close(fd);
+        return em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+    }
     pthread_mutex_lock(&rc_global);
     int idx = atomic_load(&rc_nconns);
     if (idx >= RC_MAX_CONN) {
         pthread_mutex_unlock(&rc_global);
         close(fd);
+        free(rbuf);
         return em_backend_set_error(EM_ERR_STATE, "%s: this process made %d connections already",
                                     fn, RC_MAX_CONN);
     }
@@ -515,6 +562,7 @@ em_status em_remote_connect(const char *addr, const char *token, em_device *out)
     c->index = idx;
     c->fd = fd;
     c->state = RC_LIVE;
+    c->rbuf = rbuf;
     c->wl = wl;
     atomic_store(&rc_nconns, idx + 1); /* publishes the slot: remote:idx is present */
     pthread_mutex_unlock(&rc_global);
@@ -552,6 +600,9 @@ em_status em_remote_disconnect(em_device dev) {
     }
     rw_writer_free(&c->out);
     rn_frame_free(&c->in);
+    free(c->rbuf);
+    c->rbuf = NULL;
+    c->rpos = c->rlen = 0;
     pthread_mutex_unlock(&c->mu);
     return s;
 }
