@@ -1,7 +1,9 @@
 /*
  * ember-info — what this build of ember has: its version, the backends compiled in, the
  * devices present on this machine, the default device, and for each backend the kernels it
- * implements natively (the non-NULL slots of its em_backend_ops).
+ * implements natively (the non-NULL slots of its em_backend_ops). With the cpu backend: the
+ * instruction-set level its kernels run (EMBER_CPU_ISA) and OpenBLAS's build and kernel, with a
+ * warning when OpenBLAS runs a pre-AVX2 kernel on a CPU with AVX2 or AVX-512.
  *
  * Usage: ember-info
  */
@@ -11,6 +13,14 @@
 
 #include "ember/backend.h"
 #include "ember/ember.h"
+
+#ifdef EMBER_WITH_CPU
+#include "backends/cpu/isa.h"
+#endif
+#ifdef EMBER_HAVE_OPENBLAS
+char *openblas_get_config(void);
+char *openblas_get_corename(void);
+#endif
 
 /** One slot of the table: its name, whether the backend fills it, and for slots that take
  *  an op enum, how many ops that enum has (0 otherwise). */
@@ -84,6 +94,25 @@ static void print_backend(const em_backend_ops *o) {
                                : "");
 }
 
+/** The cpu backend's lines: its ISA level, OpenBLAS's build and kernel (and a warning when
+ *  that kernel is older than the CPU). */
+static void print_cpu(void) {
+#ifdef EMBER_WITH_CPU
+    char line[320];
+    cpu_isa_describe(line, sizeof line);
+    printf("cpu: isa %s\n", line);
+#ifdef EMBER_HAVE_OPENBLAS
+    const char *core = openblas_get_corename(), *env = getenv("OPENBLAS_CORETYPE");
+    printf("cpu: openblas %s; kernel %s", openblas_get_config(), core ? core : "?");
+    if (env && *env) printf(" (OPENBLAS_CORETYPE=%s)", env);
+    printf("\n");
+    if (cpu_blas_core_warning(core, cpu_isa_best(), line, sizeof line))
+        printf("cpu: warning: %s\n", line);
+#endif
+    printf("\n");
+#endif
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) {
         fprintf(stderr, "usage: %s\n  prints the version, backends, devices and native kernels\n",
@@ -104,6 +133,7 @@ int main(int argc, char **argv) {
     for (int b = 0; b <= EM_BACKEND_CAPTURE; b++)
         if (!em_backend_get((em_backend)b)) printf(" %s", em_backend_name((em_backend)b));
     printf("\n\n");
+    print_cpu();
 
     size_t count = 0;
     if (em_devices(NULL, 0, &count) != EM_OK) {

@@ -21,13 +21,13 @@
     }
 
 #define CMP_LOOPS(T, SUFFIX)                                                                   \
-    CPU_CLONES static void cmp_vv_##SUFFIX(em_binary_op op, uint8_t *restrict o,              \
-                                           const T *restrict a, const T *restrict b,           \
-                                           int64_t n) {                                        \
+    static void cmp_vv_##SUFFIX(em_binary_op op, uint8_t *restrict o,                         \
+                                const T *restrict a, const T *restrict b,                      \
+                                int64_t n) {                                                   \
         CMP_BODY(a[i], b[i])                                                                   \
     }                                                                                          \
-    CPU_CLONES static void cmp_vs_##SUFFIX(em_binary_op op, uint8_t *restrict o,              \
-                                           const T *restrict a, T s, int64_t n) {              \
+    static void cmp_vs_##SUFFIX(em_binary_op op, uint8_t *restrict o,                         \
+                                const T *restrict a, T s, int64_t n) {                         \
         CMP_BODY(a[i], s)                                                                      \
     }
 
@@ -62,7 +62,8 @@ static bool cmp_fast(em_binary_op op, const em_view *out, const em_view *a) {
            cpu_contiguous(out) && cpu_contiguous(a) && cpu_numel(a) == cpu_numel(out);
 }
 
-bool cpu_compare(em_binary_op op, const em_view *out, const em_view *a, const em_view *b) {
+bool CPU_K(cpu_compare)(em_binary_op op, const em_view *out, const em_view *a,
+                        const em_view *b) {
     if (!cmp_fast(op, out, a) || b->dtype != a->dtype || !cpu_contiguous(b) ||
         cpu_numel(b) != cpu_numel(out))
         return false;
@@ -71,7 +72,8 @@ bool cpu_compare(em_binary_op op, const em_view *out, const em_view *a, const em
     return true;
 }
 
-bool cpu_compare_scalar(em_binary_op op, const em_view *out, const em_view *a, double s) {
+bool CPU_K(cpu_compare_scalar)(em_binary_op op, const em_view *out, const em_view *a,
+                               double s) {
     if (!cmp_fast(op, out, a)) return false;
     cmp_job j = {op, cpu_ptr(out), cpu_ptr(a), NULL, a->dtype, s};
     cpu_parallel_for(cpu_numel(out), CMP_GRAIN, cmp_range, &j);
@@ -94,9 +96,9 @@ static int where_kind(const em_view *v, int64_t n) {
 }
 
 #define WHERE_LOOP(T, SUFFIX)                                                                  \
-    CPU_CLONES static void where_##SUFFIX(T *restrict o, const uint8_t *restrict c,            \
-                                          const T *restrict a, int64_t sa,                     \
-                                          const T *restrict b, int64_t sb, int64_t n) {        \
+    static void where_##SUFFIX(T *restrict o, const uint8_t *restrict c,                       \
+                               const T *restrict a, int64_t sa,                                \
+                               const T *restrict b, int64_t sb, int64_t n) {                   \
         if (sa && sb)                                                                          \
             for (int64_t i = 0; i < n; i++) o[i] = c[i] ? a[i] : b[i];                         \
         else if (sa) {                                                                         \
@@ -135,8 +137,8 @@ static void where_range(int64_t lo, int64_t hi, void *arg) {
     }
 }
 
-em_status cpu_where(void *ctx, const em_view *out, const em_view *cond, const em_view *a,
-                    const em_view *b) {
+em_status CPU_K(cpu_where)(void *ctx, const em_view *out, const em_view *cond,
+                           const em_view *a, const em_view *b) {
     int64_t n = cpu_numel(out);
     int ka = where_kind(a, n), kb = where_kind(b, n);
     bool fast = (out->dtype == EM_F32 || out->dtype == EM_F64) && a->dtype == out->dtype &&

@@ -10,8 +10,9 @@
  *     group, output row); conv2d_weight_grad tiles of 4 output channels x 4 taps summed over
  *     every output position, the lane sums by a shuffle tree, each batch slice summed in
  *     double and the slices added in order. conv_transpose2d with unit strides is the conv2d
- *     of x with the flipped kernel and padding (K-1)*d - p. Kernels: AVX-512 (loads pinned to
- *     registers), and AVX2+FMA / portable clones, chosen at run time.
+ *     of x with the flipped kernel and padding (K-1)*d - p. The file is compiled for the
+ *     portable and avx512 levels (isa.h; avx2 runs the portable copy, see kernels.c); the
+ *     avx512 copy's kernels pin their loads to registers.
  *   - im2col + GEMM (OpenBLAS, which threads inside the GEMM) per image and group for the
  *     rest: conv2d = w_g @ col(x) (no im2col for 1x1 kernels); conv2d_weight_grad = the sum
  *     over images of gy_g @ col(x)^T (f32 images summed in double); conv_transpose2d =
@@ -55,12 +56,9 @@
     } while (0)
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                          \
-    !defined(__SANITIZE_ADDRESS__)
-#define CONV_X86 1
-#define CONV_CLONES __attribute__((target_clones("arch=haswell", "default")))
-#else
-#define CONV_CLONES
+/* The avx512 copy (CPU_ISA_LEVEL, isa.h) pins loads and broadcasts to registers (below). */
+#if CPU_ISA_LEVEL >= CPU_ISA_AVX512 && defined(__x86_64__) && defined(__GNUC__)
+#define CONV_512 1
 #endif
 
 #define UNROLL _Pragma("GCC unroll 16") /* the small loops over tiles' registers */
@@ -392,35 +390,31 @@ _Alignas(64) static const int64_t shuf_hi_8[3][8] = {
     }                                                                                              \
     CONV_FMA_END
 
-/* Vector loads (unaligned) and broadcasts: plain C for the portable and AVX2 builds; for
+/* Vector loads (unaligned) and broadcasts: plain C for the portable and AVX2 copies; for
  * AVX-512 pinned to registers, so that each loaded vector and broadcast weight is read once
  * per tap rather than folded into every FMA that uses it (which makes the loop load-bound). */
+#ifndef CONV_512
 #define LD_F32(d, p) ((d) = *(const v16fu *)(p))
 #define LD_F64(d, p) ((d) = *(const v8du *)(p))
 #define BC_F32(d, p) ((d) = (v16f){0} + *(p))
 #define BC_F64(d, p) ((d) = (v8d){0} + *(p))
-
-KERNELS(float, v16f, v16fu, v16i, 16, f32_gen, CONV_CLONES, LD_F32, BC_F32)
-KERNELS(double, v8d, v8du, v8l, 8, f64_gen, CONV_CLONES, LD_F64, BC_F64)
-
-#ifdef CONV_X86
-#define LD_F32_512(d, p)                                                                           \
+#else
+#define LD_F32(d, p)                                                                               \
     do {                                                                                           \
         (d) = *(const v16fu *)(p);                                                                 \
         __asm__("" : "+v"(d));                                                                     \
     } while (0)
-#define LD_F64_512(d, p)                                                                           \
+#define LD_F64(d, p)                                                                               \
     do {                                                                                           \
         (d) = *(const v8du *)(p);                                                                  \
         __asm__("" : "+v"(d));                                                                     \
     } while (0)
-#define BC_F32_512(d, p) __asm__("vbroadcastss %1, %0" : "=v"(d) : "m"(*(p)))
-#define BC_F64_512(d, p) __asm__("vbroadcastsd %1, %0" : "=v"(d) : "m"(*(p)))
-KERNELS(float, v16f, v16fu, v16i, 16, f32_512, __attribute__((target("avx512f"))), LD_F32_512,
-        BC_F32_512)
-KERNELS(double, v8d, v8du, v8l, 8, f64_512, __attribute__((target("avx512f"))), LD_F64_512,
-        BC_F64_512)
+#define BC_F32(d, p) __asm__("vbroadcastss %1, %0" : "=v"(d) : "m"(*(p)))
+#define BC_F64(d, p) __asm__("vbroadcastsd %1, %0" : "=v"(d) : "m"(*(p)))
 #endif
+
+KERNELS(float, v16f, v16fu, v16i, 16, f32, , LD_F32, BC_F32)
+KERNELS(double, v8d, v8du, v8l, 8, f64, , LD_F64, BC_F64)
 
 typedef void (*rows_fn)(const direct_job *j, const void *xp, int64_t R, int64_t n, int64_t g,
                         int64_t a, int64_t b);
@@ -428,17 +422,11 @@ typedef void (*wgrad_fn)(const geom *q, const void *xp, int64_t plane, const pad
                          const void *gp, int64_t OWp, int64_t ob, double *dst);
 
 static rows_fn rows_kernel(em_dtype dt) {
-#ifdef CONV_X86
-    if (cpu_has_avx512()) return dt == EM_F32 ? direct_rows_f32_512 : direct_rows_f64_512;
-#endif
-    return dt == EM_F32 ? direct_rows_f32_gen : direct_rows_f64_gen;
+    return dt == EM_F32 ? direct_rows_f32 : direct_rows_f64;
 }
 
 static wgrad_fn wgrad_kernel(em_dtype dt) {
-#ifdef CONV_X86
-    if (cpu_has_avx512()) return dt == EM_F32 ? wgrad_block_f32_512 : wgrad_block_f64_512;
-#endif
-    return dt == EM_F32 ? wgrad_block_f32_gen : wgrad_block_f64_gen;
+    return dt == EM_F32 ? wgrad_block_f32 : wgrad_block_f64;
 }
 
 /* Padded scratch per task is kept near this size (rows are padded in blocks). */
@@ -764,8 +752,8 @@ static bool use_direct_wgrad(const geom *q, em_dtype dt) {
     return q->Cg * q->KH * q->KW <= 1152;
 }
 
-em_status cpu_conv2d(void *ctx, const em_view *out, const em_view *x, const em_view *w,
-                     const em_view *bias, const em_conv_args *a) {
+em_status CPU_K(cpu_conv2d)(void *ctx, const em_view *out, const em_view *x, const em_view *w,
+                            const em_view *bias, const em_conv_args *a) {
     if (!fast_dtype(out->dtype) || !cpu_contiguous(out) || cpu_numel(out) == 0 ||
         w->shape[1] == 0)
         return cpu_ref()->conv2d(ctx, out, x, w, bias, a);
@@ -784,8 +772,8 @@ em_status cpu_conv2d(void *ctx, const em_view *out, const em_view *x, const em_v
     return s;
 }
 
-em_status cpu_conv2d_weight_grad(void *ctx, const em_view *gw, const em_view *x,
-                                 const em_view *gy, const em_conv_args *a) {
+em_status CPU_K(cpu_conv2d_weight_grad)(void *ctx, const em_view *gw, const em_view *x,
+                                        const em_view *gy, const em_conv_args *a) {
     if (!fast_dtype(gw->dtype) || !cpu_contiguous(gw) || cpu_numel(gw) == 0 ||
         cpu_numel(gy) == 0)
         return cpu_ref()->conv2d_weight_grad(ctx, gw, x, gy, a);
@@ -875,8 +863,9 @@ static em_status convt_gemm(const em_view *out, const em_view *x, const void *px
     return EM_OK;
 }
 
-em_status cpu_conv_transpose2d(void *ctx, const em_view *out, const em_view *x,
-                               const em_view *w, const em_view *bias, const em_conv_args *a) {
+em_status CPU_K(cpu_conv_transpose2d)(void *ctx, const em_view *out, const em_view *x,
+                                      const em_view *w, const em_view *bias,
+                                      const em_conv_args *a) {
     if (!fast_dtype(out->dtype) || !cpu_contiguous(out) || cpu_numel(out) == 0 ||
         cpu_numel(x) == 0 || w->shape[1] == 0)
         return cpu_ref()->conv_transpose2d(ctx, out, x, w, bias, a);

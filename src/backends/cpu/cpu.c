@@ -9,6 +9,7 @@ static int cpu_device_count(void) { return 1; }
 
 static em_status cpu_open(int index, void **ctx) {
     if (index != 0) return em_backend_set_error(EM_ERR_DEVICE, "cpu: no device %d", index);
+    cpu_isa();     /* choose the kernels' instruction set once (isa.c) */
     cpu_threads(); /* start the pool (and size OpenBLAS) once */
     *ctx = &cpu_ctx_token;
     return EM_OK;

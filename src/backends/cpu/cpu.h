@@ -19,27 +19,20 @@
 
 #include "ember/backend.h"
 
-/* ---- instruction sets ----
- * A hot loop marked CPU_CLONES is compiled three times, for AVX-512, for x86-64-v3 (AVX2 with
- * FMA: cpu_expf needs fmaf inline) and portably; the loader picks the best at run time.
- * Sanitizer builds and clang get one portable version; CPU_NO_CLONES forces that too. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
-    !defined(__SANITIZE_ADDRESS__) && !defined(CPU_NO_CLONES)
-#define CPU_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
-#else
-#define CPU_CLONES
-#endif
+/* ---- instruction sets (isa.h, isa.c) ----
+ * The files with hot loops are compiled once per level (CMakeLists.txt: portable, avx2 and
+ * avx512 on x86-64, portable elsewhere) with CPU_ISA_LEVEL set to the level and CPU_ISA_SUFFIX
+ * to its name; CPU_K(name) is name_<suffix>, the name of an entry point in that copy. Each
+ * copy's entry points make one cpu_kernels table (kernels.c); isa.c picks one table when the
+ * backend is first used, and the backend's slots (cpu_unary, ...) call through it: one
+ * indirect call per kernel call, nothing per element. */
+#include "isa.h"
 
-/** True when the CPU runs AVX-512F (the hand-written kernels of conv.c and pool_avx512.c);
- *  false off x86-64. */
-static inline bool cpu_has_avx512(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-#else
-    return false;
+#ifdef CPU_ISA_LEVEL
+#define CPU_K(name) CPU_K_(name, CPU_ISA_SUFFIX)
+#define CPU_K_(name, suffix) CPU_K__(name, suffix)
+#define CPU_K__(name, suffix) name##_##suffix
 #endif
-}
 
 /* ---- thread pool (threads.c) ---- */
 
@@ -94,7 +87,10 @@ static inline void *cpu_ptr(const em_view *v) {
  *  scratch memory (*tmp is then non-NULL and freed with cpu_scratch_free). */
 em_status cpu_contig_input(const em_view *in, em_view *out, void **tmp);
 
-/* ---- the kernels ---- */
+/* ---- the kernels ----
+ * Compiled once: copy and fill (cpu.c), gather and scatter_add (index.c), matmul (matmul.c,
+ * OpenBLAS), the AVX-512 pooling (pool_avx512.c), and the forwarders of isa.c, which run the
+ * chosen level's kernels. */
 em_status cpu_copy(void *ctx, const em_view *out, const em_view *in);
 em_status cpu_fill(void *ctx, const em_view *out, double value);
 em_status cpu_unary(void *ctx, em_unary_op op, const em_view *out, const em_view *in,
@@ -103,39 +99,17 @@ em_status cpu_binary(void *ctx, em_binary_op op, const em_view *out, const em_vi
                      const em_view *b);
 em_status cpu_binary_scalar(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
                             double s);
-/* compare.c: dense f32/f64 comparisons (false: not handled, the caller falls back) */
-bool cpu_compare(em_binary_op op, const em_view *out, const em_view *a, const em_view *b);
-bool cpu_compare_scalar(em_binary_op op, const em_view *out, const em_view *a, double s);
-/* pool_avx512.c: 2x2 / stride 2 max pooling with indices of f32 planes (contiguous, no
- * padding, 2*OH <= H, 2*OW <= W); false when the machine has no AVX-512 (nothing written) */
-bool cpu_maxpool2x2_f32(float *out, int64_t *idx, const float *x, int64_t planes, int64_t H,
-                        int64_t W, int64_t OH, int64_t OW);
-/* index.c */
-em_status cpu_gather(void *ctx, const em_view *out, const em_view *in, int dim,
-                     const em_view *index);
-em_status cpu_scatter_add(void *ctx, const em_view *out, int dim, const em_view *index,
-                          const em_view *src);
 em_status cpu_where(void *ctx, const em_view *out, const em_view *cond, const em_view *a,
                     const em_view *b);
-/* reduce.c */
 em_status cpu_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_view *in,
                      int dim, const double *params);
 em_status cpu_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log);
-/* matmul.c */
-#include <cblas.h>
-/** C = A B + beta C with CBLAS conventions (row-major), f32 or f64, split over the pool. */
-void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
-              int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
-              void *c, int64_t ldc);
-em_status cpu_matmul(void *ctx, const em_view *out, const em_view *a, const em_view *b);
-/* conv.c */
 em_status cpu_conv2d(void *ctx, const em_view *out, const em_view *x, const em_view *w,
                      const em_view *bias, const em_conv_args *a);
 em_status cpu_conv2d_weight_grad(void *ctx, const em_view *gw, const em_view *x,
                                  const em_view *gy, const em_conv_args *a);
 em_status cpu_conv_transpose2d(void *ctx, const em_view *out, const em_view *x,
                                const em_view *w, const em_view *bias, const em_conv_args *a);
-/* nn.c */
 em_status cpu_max_pool2d(void *ctx, const em_view *out, const em_view *indices,
                          const em_view *x, const em_pool_args *a);
 em_status cpu_avg_pool2d(void *ctx, const em_view *out, const em_view *x,
@@ -144,5 +118,61 @@ em_status cpu_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *g
                                   const em_pool_args *a);
 em_status cpu_layer_norm(void *ctx, const em_view *out, const em_view *x, const em_view *weight,
                          const em_view *bias, int64_t norm_numel, double eps);
+/* index.c */
+em_status cpu_gather(void *ctx, const em_view *out, const em_view *in, int dim,
+                     const em_view *index);
+em_status cpu_scatter_add(void *ctx, const em_view *out, int dim, const em_view *index,
+                          const em_view *src);
+/* pool_avx512.c: 2x2 / stride 2 max pooling with indices of f32 planes (contiguous, no
+ * padding, 2*OH <= H, 2*OW <= W); false when the chosen level is below avx512 (nothing
+ * written) */
+bool cpu_maxpool2x2_f32(float *out, int64_t *idx, const float *x, int64_t planes, int64_t H,
+                        int64_t W, int64_t OH, int64_t OW);
+/* matmul.c */
+#include <cblas.h>
+/** C = A B + beta C with CBLAS conventions (row-major), f32 or f64, split over the pool. */
+void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
+              int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
+              void *c, int64_t ldc);
+em_status cpu_matmul(void *ctx, const em_view *out, const em_view *a, const em_view *b);
+
+#ifdef CPU_ISA_LEVEL
+/* The per-level entry points of this copy (the slots above, then compare.c's helpers). */
+em_status CPU_K(cpu_unary)(void *ctx, em_unary_op op, const em_view *out, const em_view *in,
+                           const double *params);
+em_status CPU_K(cpu_binary)(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
+                            const em_view *b);
+em_status CPU_K(cpu_binary_scalar)(void *ctx, em_binary_op op, const em_view *out,
+                                   const em_view *a, double s);
+em_status CPU_K(cpu_where)(void *ctx, const em_view *out, const em_view *cond,
+                           const em_view *a, const em_view *b);
+em_status CPU_K(cpu_reduce)(void *ctx, em_reduce_op op, const em_view *out, const em_view *in,
+                            int dim, const double *params);
+em_status CPU_K(cpu_softmax)(void *ctx, const em_view *out, const em_view *in, int dim,
+                             bool log);
+em_status CPU_K(cpu_conv2d)(void *ctx, const em_view *out, const em_view *x, const em_view *w,
+                            const em_view *bias, const em_conv_args *a);
+em_status CPU_K(cpu_conv2d_weight_grad)(void *ctx, const em_view *gw, const em_view *x,
+                                        const em_view *gy, const em_conv_args *a);
+em_status CPU_K(cpu_conv_transpose2d)(void *ctx, const em_view *out, const em_view *x,
+                                      const em_view *w, const em_view *bias,
+                                      const em_conv_args *a);
+em_status CPU_K(cpu_max_pool2d)(void *ctx, const em_view *out, const em_view *indices,
+                                const em_view *x, const em_pool_args *a);
+em_status CPU_K(cpu_avg_pool2d)(void *ctx, const em_view *out, const em_view *x,
+                                const em_pool_args *a);
+em_status CPU_K(cpu_avg_pool2d_backward)(void *ctx, const em_view *gx, const em_view *gy,
+                                         const em_pool_args *a);
+em_status CPU_K(cpu_layer_norm)(void *ctx, const em_view *out, const em_view *x,
+                                const em_view *weight, const em_view *bias, int64_t norm_numel,
+                                double eps);
+/* kernels.c: this copy's table */
+extern const cpu_kernels CPU_K(cpu_kernels);
+/* compare.c: dense f32/f64 comparisons (false: not handled, the caller falls back) */
+bool CPU_K(cpu_compare)(em_binary_op op, const em_view *out, const em_view *a,
+                        const em_view *b);
+bool CPU_K(cpu_compare_scalar)(em_binary_op op, const em_view *out, const em_view *a,
+                               double s);
+#endif
 
 #endif /* EMBER_CPU_H */

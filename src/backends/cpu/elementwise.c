@@ -14,8 +14,8 @@
 /* ---- unary ---- */
 
 #define UNARY_LOOP(T, EXPF, SUFFIX)                                                            \
-    CPU_CLONES static void unary_##SUFFIX(em_unary_op op, T *restrict o, const T *restrict x,  \
-                                          int64_t n, T lo, T hi) {                             \
+    static void unary_##SUFFIX(em_unary_op op, T *restrict o, const T *restrict x,             \
+                               int64_t n, T lo, T hi) {                                        \
         switch (op) {                                                                          \
         case EM_UN_NEG: for (int64_t i = 0; i < n; i++) o[i] = -x[i]; break;                   \
         case EM_UN_ABS: for (int64_t i = 0; i < n; i++) o[i] = x[i] < 0 ? -x[i] : x[i]; break; \
@@ -78,8 +78,8 @@ static void unary_range(int64_t lo, int64_t hi, void *arg) {
         unary_f64(j->op, (double *)j->o + lo, (const double *)j->x + lo, hi - lo, j->lo, j->hi);
 }
 
-em_status cpu_unary(void *ctx, em_unary_op op, const em_view *out, const em_view *in,
-                    const double *params) {
+em_status CPU_K(cpu_unary)(void *ctx, em_unary_op op, const em_view *out, const em_view *in,
+                           const double *params) {
     bool fast = (in->dtype == EM_F32 || in->dtype == EM_F64) && out->dtype == in->dtype &&
                 op != EM_UN_LOGICAL_NOT && cpu_contiguous(in) && cpu_contiguous(out);
     if (!fast) return cpu_ref()->unary(ctx, op, out, in, params);
@@ -119,16 +119,16 @@ em_status cpu_unary(void *ctx, em_unary_op op, const em_view *out, const em_view
     }
 
 #define BINARY_LOOPS(T, SUFFIX)                                                                \
-    CPU_CLONES static void bin_vv_##SUFFIX(em_binary_op op, T *restrict o, const T *restrict a, \
-                                           const T *restrict b, int64_t n) {                   \
+    static void bin_vv_##SUFFIX(em_binary_op op, T *restrict o, const T *restrict a,            \
+                                const T *restrict b, int64_t n) {                              \
         BIN_BODY(T, a[i], b[i])                                                                \
     }                                                                                          \
-    CPU_CLONES static void bin_vs_##SUFFIX(em_binary_op op, T *restrict o, const T *restrict a, \
-                                           T s, int64_t n) {                                   \
+    static void bin_vs_##SUFFIX(em_binary_op op, T *restrict o, const T *restrict a,            \
+                                T s, int64_t n) {                                              \
         BIN_BODY(T, a[i], s)                                                                   \
     }                                                                                          \
-    CPU_CLONES static void bin_sv_##SUFFIX(em_binary_op op, T *restrict o, T s,                \
-                                           const T *restrict b, int64_t n) {                   \
+    static void bin_sv_##SUFFIX(em_binary_op op, T *restrict o, T s,                           \
+                                const T *restrict b, int64_t n) {                              \
         BIN_BODY(T, s, b[i])                                                                   \
     }
 
@@ -194,8 +194,8 @@ static void binary_range(int64_t lo, int64_t hi, void *arg) {
 
 static bool unit_or_zero(int64_t s) { return s == 0 || s == 1; }
 
-em_status cpu_binary(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
-                     const em_view *b) {
+em_status CPU_K(cpu_binary)(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
+                            const em_view *b) {
     bool fast = (a->dtype == EM_F32 || a->dtype == EM_F64) && out->dtype == a->dtype &&
                 op <= EM_BIN_MIN && cpu_contiguous(out);
     int r = out->rank;
@@ -213,7 +213,7 @@ em_status cpu_binary(void *ctx, em_binary_op op, const em_view *out, const em_vi
         cpu_parallel_for(rows, grain, binary_range, &j);
         return EM_OK;
     }
-    if (cpu_compare(op, out, a, b)) return EM_OK;
+    if (CPU_K(cpu_compare)(op, out, a, b)) return EM_OK;
     return cpu_ref()->binary(ctx, op, out, a, b);
 }
 
@@ -233,11 +233,11 @@ static void scalar_range(int64_t lo, int64_t hi, void *arg) {
         bin_vs_f64(j->op, (double *)j->o + lo, (const double *)j->a + lo, j->s, hi - lo);
 }
 
-em_status cpu_binary_scalar(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
-                            double s) {
+em_status CPU_K(cpu_binary_scalar)(void *ctx, em_binary_op op, const em_view *out,
+                                   const em_view *a, double s) {
     bool fast = (a->dtype == EM_F32 || a->dtype == EM_F64) && out->dtype == a->dtype &&
                 op <= EM_BIN_MIN && cpu_contiguous(out) && cpu_contiguous(a);
-    if (!fast && cpu_compare_scalar(op, out, a, s)) return EM_OK;
+    if (!fast && CPU_K(cpu_compare_scalar)(op, out, a, s)) return EM_OK;
     if (!fast) return cpu_ref()->binary_scalar(ctx, op, out, a, s);
     scalar_job j = {op, cpu_ptr(out), cpu_ptr(a), a->dtype, s};
     cpu_parallel_for(cpu_numel(out), CPU_GRAIN, scalar_range, &j);

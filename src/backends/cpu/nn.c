@@ -99,9 +99,9 @@ static inline int64_t first_tap(int64_t a, int64_t d) {
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    CPU_CLONES static void maxpool_plane_##S(T *restrict out, int64_t *restrict idx,               \
-                                             const T *restrict x, int64_t H, int64_t W,            \
-                                             int64_t OH, int64_t OW, const em_pool_args *a) {      \
+    static void maxpool_plane_##S(T *restrict out, int64_t *restrict idx,                          \
+                                  const T *restrict x, int64_t H, int64_t W,                       \
+                                  int64_t OH, int64_t OW, const em_pool_args *a) {                 \
         const int64_t KH = a->kernel[0], KW = a->kernel[1], sy = a->stride[0],                     \
                       sx = a->stride[1], py = a->padding[0], px = a->padding[1],                   \
                       dy = a->dilation[0], dx = a->dilation[1];                                    \
@@ -204,8 +204,8 @@ static bool pool_fast(const em_view *out, const em_view *x) {
            x->rank == 4 && out->rank == 4 && cpu_contiguous(out);
 }
 
-em_status cpu_max_pool2d(void *ctx, const em_view *out, const em_view *indices,
-                         const em_view *x, const em_pool_args *a) {
+em_status CPU_K(cpu_max_pool2d)(void *ctx, const em_view *out, const em_view *indices,
+                                const em_view *x, const em_pool_args *a) {
     bool fast = pool_fast(out, x) && (!indices || (indices->dtype == EM_I64 &&
                                                    cpu_contiguous(indices)));
     if (!fast || cpu_numel(x) == 0) return cpu_ref()->max_pool2d(ctx, out, indices, x, a);
@@ -222,7 +222,9 @@ em_status cpu_max_pool2d(void *ctx, const em_view *out, const em_view *indices,
                             a->stride[1] == 2 && a->padding[0] == 0 && a->padding[1] == 0 &&
                             a->dilation[0] == 1 && a->dilation[1] == 1 && 2 * j.OH <= j.H &&
                             2 * j.OW <= j.W;
-    if (!(two_by_two && j.idx && j.dt == EM_F32 &&
+    /* the AVX-512 kernel (pool_avx512.c) in the avx512 copy only */
+    const bool avx512 = CPU_ISA_LEVEL >= CPU_ISA_AVX512;
+    if (!(avx512 && two_by_two && j.idx && j.dt == EM_F32 &&
           cpu_maxpool2x2_f32((float *)j.out, j.idx, (const float *)j.x, planes, j.H, j.W, j.OH,
                              j.OW))) {
         const int64_t grain = NN_GRAIN / imax(1, j.H * j.W);
@@ -251,9 +253,9 @@ static inline int64_t avg_extent(int64_t o, int64_t k, int64_t s, int64_t p, int
                                       int64_t off) {                                               \
         for (int64_t ox = lo; ox < hi; ox++) acc[ox - base] += (double)row[ox * s + off];          \
     }                                                                                              \
-    CPU_CLONES static void avgpool_plane_##S(T *restrict out, const T *restrict x, int64_t H,      \
-                                             int64_t W, int64_t OH, int64_t OW,                    \
-                                             const em_pool_args *a) {                              \
+    static void avgpool_plane_##S(T *restrict out, const T *restrict x, int64_t H,                 \
+                                  int64_t W, int64_t OH, int64_t OW,                               \
+                                  const em_pool_args *a) {                                         \
         const int64_t KH = a->kernel[0], KW = a->kernel[1], sy = a->stride[0],                     \
                       sx = a->stride[1], py = a->padding[0], px = a->padding[1];                   \
         tap_ranges tr;                                                                             \
@@ -317,8 +319,8 @@ static void avgpool_range(int64_t lo, int64_t hi, void *arg) {
     }
 }
 
-em_status cpu_avg_pool2d(void *ctx, const em_view *out, const em_view *x,
-                         const em_pool_args *a) {
+em_status CPU_K(cpu_avg_pool2d)(void *ctx, const em_view *out, const em_view *x,
+                                const em_pool_args *a) {
     if (!pool_fast(out, x) || cpu_numel(x) == 0) return cpu_ref()->avg_pool2d(ctx, out, x, a);
     if (cpu_numel(out) == 0) return EM_OK;
     em_view cv;
@@ -345,10 +347,10 @@ static inline void addtap(double *restrict g, const double *restrict t, int64_t 
 
 /* g: the plane's H*W double accumulators; t: OW doubles of scratch */
 #define AVGB_LOOPS(T, S)                                                                           \
-    CPU_CLONES static void avgpool_bwd_plane_##S(double *restrict g, double *restrict t,           \
-                                                 const T *restrict gy, int64_t H, int64_t W,       \
-                                                 int64_t OH, int64_t OW,                           \
-                                                 const em_pool_args *a) {                          \
+    static void avgpool_bwd_plane_##S(double *restrict g, double *restrict t,                      \
+                                      const T *restrict gy, int64_t H, int64_t W,                  \
+                                      int64_t OH, int64_t OW,                                      \
+                                      const em_pool_args *a) {                                     \
         const int64_t KH = a->kernel[0], KW = a->kernel[1], sy = a->stride[0],                     \
                       sx = a->stride[1], py = a->padding[0], px = a->padding[1];                   \
         tap_ranges tr;                                                                             \
@@ -406,8 +408,8 @@ static void avgpool_bwd_range(int64_t lo, int64_t hi, void *arg) {
     cpu_scratch_free(buf);
 }
 
-em_status cpu_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy,
-                                  const em_pool_args *a) {
+em_status CPU_K(cpu_avg_pool2d_backward)(void *ctx, const em_view *gx, const em_view *gy,
+                                         const em_pool_args *a) {
     if (!pool_fast(gx, gy) || cpu_numel(gy) == 0)
         return cpu_ref()->avg_pool2d_backward(ctx, gx, gy, a);
     if (cpu_numel(gx) == 0) return EM_OK;
@@ -432,8 +434,8 @@ em_status cpu_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *g
 #define LN_LANES 32
 
 #define LN_LOOPS(T, S)                                                                             \
-    CPU_CLONES static void ln_row_##S(T *restrict o, const T *restrict x, const T *restrict w,     \
-                                      const T *restrict b, int64_t n, double eps) {                \
+    static void ln_row_##S(T *restrict o, const T *restrict x, const T *restrict w,                \
+                           const T *restrict b, int64_t n, double eps) {                           \
         double a[LN_LANES] = {0}, s = 0;                                                           \
         int64_t i = 0;                                                                             \
         for (; i + LN_LANES <= n; i += LN_LANES)                                                   \
@@ -493,8 +495,9 @@ static bool ln_param_ok(const em_view *v, em_dtype dt, int64_t n) {
     return !v || (v->dtype == dt && cpu_numel(v) == n && cpu_contiguous(v));
 }
 
-em_status cpu_layer_norm(void *ctx, const em_view *out, const em_view *x, const em_view *weight,
-                         const em_view *bias, int64_t norm_numel, double eps) {
+em_status CPU_K(cpu_layer_norm)(void *ctx, const em_view *out, const em_view *x,
+                                const em_view *weight, const em_view *bias, int64_t norm_numel,
+                                double eps) {
     const em_dtype dt = x->dtype;
     bool fast = (dt == EM_F32 || dt == EM_F64) && out->dtype == dt && norm_numel > 0 &&
                 cpu_contiguous(out) && cpu_numel(out) == cpu_numel(x) &&

@@ -2,8 +2,8 @@
  * AVX-512 (the pooling of small CNNs: rows of 7 or 14 outputs, which the compiler's loops
  * leave mostly to scalar tails). Masked loads and stores handle any row length. The rule is
  * nn.c's (and ref's): taps in row-major order, a tap wins when it is greater or NaN, ties
- * keep the first. Chosen at run time; elsewhere (no AVX-512, not x86-64) the caller's loops
- * run instead. */
+ * keep the first. Used when the cpu backend runs its avx512 level (isa.c); elsewhere (a lower
+ * level, not x86-64) the caller's loops run instead. */
 #include "cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -77,7 +77,7 @@ static void mp2_range(int64_t lo, int64_t hi, void *arg) {
 
 bool cpu_maxpool2x2_f32(float *out, int64_t *idx, const float *x, int64_t planes, int64_t H,
                         int64_t W, int64_t OH, int64_t OW) {
-    if (!cpu_has_avx512()) return false;
+    if (cpu_isa() < CPU_ISA_AVX512) return false;
     mp2_job j = {out, idx, x, H, W, OH, OW};
     int64_t grain = (1 << 15) / (H * W > 0 ? H * W : 1) + 1;
     cpu_parallel_for(planes, grain, mp2_range, &j);

@@ -33,7 +33,7 @@
 
 #define RED_PRIMS(T, S)                                                                            \
     /* sum in double */                                                                            \
-    CPU_CLONES static double seg_sum_##S(const T *restrict x, int64_t n) {                         \
+    static double seg_sum_##S(const T *restrict x, int64_t n) {                                    \
         double a[RED_LANES] = {0};                                                                 \
         int64_t i = 0;                                                                             \
         for (; i + RED_LANES <= n; i += RED_LANES)                                                 \
@@ -45,11 +45,11 @@
         return a[0] + s;                                                                           \
     }                                                                                              \
     /* sum of squared deviations from mean, in double */                                           \
-    CPU_CLONES static double seg_sqdev_##S(const T *restrict x, int64_t n, double mean) {          \
+    static double seg_sqdev_##S(const T *restrict x, int64_t n, double mean) {                     \
         double a[RED_LANES] = {0};                                                                 \
         int64_t i = 0;                                                                             \
         for (; i + RED_LANES <= n; i += RED_LANES)                                                 \
-            for (int k = 0; k < RED_LANES; k++) {                                                  \
+ for (int k = 0; k < RED_LANES; k++) {                                                             \
                 double d = (double)x[i + k] - mean;                                                \
                 a[k] += d * d;                                                                     \
             }                                                                                      \
@@ -63,28 +63,28 @@
         return a[0] + s;                                                                           \
     }                                                                                              \
     /* max / min, NaN if any element is NaN (n >= 1) */                                            \
-    CPU_CLONES static T seg_max_##S(const T *restrict x, int64_t n) {                              \
+    static T seg_max_##S(const T *restrict x, int64_t n) {                                         \
         T a[RED_LANES];                                                                            \
         for (int k = 0; k < RED_LANES; k++) a[k] = x[0];                                           \
         int64_t i = 0;                                                                             \
         for (; i + RED_LANES <= n; i += RED_LANES)                                                 \
-            for (int k = 0; k < RED_LANES; k++) a[k] = MAXSTEP(a[k], x[i + k]);                    \
+ for (int k = 0; k < RED_LANES; k++) a[k] = MAXSTEP(a[k], x[i + k]);                               \
         for (; i < n; i++) a[0] = MAXSTEP(a[0], x[i]);                                             \
         for (int k = 1; k < RED_LANES; k++) a[0] = MAXSTEP(a[0], a[k]);                            \
         return a[0];                                                                               \
     }                                                                                              \
-    CPU_CLONES static T seg_min_##S(const T *restrict x, int64_t n) {                              \
+    static T seg_min_##S(const T *restrict x, int64_t n) {                                         \
         T a[RED_LANES];                                                                            \
         for (int k = 0; k < RED_LANES; k++) a[k] = x[0];                                           \
         int64_t i = 0;                                                                             \
         for (; i + RED_LANES <= n; i += RED_LANES)                                                 \
-            for (int k = 0; k < RED_LANES; k++) a[k] = MINSTEP(a[k], x[i + k]);                    \
+ for (int k = 0; k < RED_LANES; k++) a[k] = MINSTEP(a[k], x[i + k]);                               \
         for (; i < n; i++) a[0] = MINSTEP(a[0], x[i]);                                             \
         for (int k = 1; k < RED_LANES; k++) a[0] = MINSTEP(a[0], a[k]);                            \
         return a[0];                                                                               \
     }                                                                                              \
     /* index of the first element equal to m (the first NaN when m is NaN), else n */              \
-    CPU_CLONES static int64_t seg_find_##S(const T *restrict x, int64_t n, T m) {                  \
+    static int64_t seg_find_##S(const T *restrict x, int64_t n, T m) {                             \
         int64_t i = 0;                                                                             \
         if (m != m) {                                                                              \
             for (; i + RED_LANES <= n; i += RED_LANES) {                                           \
@@ -112,8 +112,8 @@
         return p;                                                                                  \
     }                                                                                              \
     /* columns: b columns of len rows, row stride `inner` */                                       \
-    CPU_CLONES static void col_sum_##S(const T *restrict x, int64_t len, int64_t inner,            \
-                                       int64_t b, double *restrict acc) {                          \
+    static void col_sum_##S(const T *restrict x, int64_t len, int64_t inner,                       \
+                            int64_t b, double *restrict acc) {                                     \
         for (int64_t j = 0; j < b; j++) acc[j] = 0;                                                \
         int64_t r = 0;                                                                             \
         for (; r + 4 <= len; r += 4) { /* four rows per pass over acc, added in order */           \
@@ -128,9 +128,9 @@
             for (int64_t j = 0; j < b; j++) acc[j] += (double)row[j];                              \
         }                                                                                          \
     }                                                                                              \
-    CPU_CLONES static void col_sqdev_##S(const T *restrict x, int64_t len, int64_t inner,          \
-                                         int64_t b, const double *restrict mean,                   \
-                                         double *restrict acc) {                                   \
+    static void col_sqdev_##S(const T *restrict x, int64_t len, int64_t inner,                     \
+                              int64_t b, const double *restrict mean,                              \
+                              double *restrict acc) {                                              \
         for (int64_t j = 0; j < b; j++) acc[j] = 0;                                                \
         for (int64_t r = 0; r < len; r++) {                                                        \
             const T *restrict row = x + r * inner;                                                 \
@@ -140,24 +140,24 @@
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    CPU_CLONES static void col_prod_##S(const T *restrict x, int64_t len, int64_t inner,           \
-                                        int64_t b, double *restrict acc) {                         \
+    static void col_prod_##S(const T *restrict x, int64_t len, int64_t inner,                      \
+                             int64_t b, double *restrict acc) {                                    \
         for (int64_t j = 0; j < b; j++) acc[j] = 1;                                                \
         for (int64_t r = 0; r < len; r++) {                                                        \
             const T *restrict row = x + r * inner;                                                 \
             for (int64_t j = 0; j < b; j++) acc[j] *= (double)row[j];                              \
         }                                                                                          \
     }                                                                                              \
-    CPU_CLONES static void col_max_##S(const T *restrict x, int64_t len, int64_t inner,            \
-                                       int64_t b, T *restrict m) {                                 \
+    static void col_max_##S(const T *restrict x, int64_t len, int64_t inner,                       \
+                            int64_t b, T *restrict m) {                                            \
         for (int64_t j = 0; j < b; j++) m[j] = x[j];                                               \
         for (int64_t r = 1; r < len; r++) {                                                        \
             const T *restrict row = x + r * inner;                                                 \
             for (int64_t j = 0; j < b; j++) m[j] = MAXSTEP(m[j], row[j]);                          \
         }                                                                                          \
     }                                                                                              \
-    CPU_CLONES static void col_min_##S(const T *restrict x, int64_t len, int64_t inner,            \
-                                       int64_t b, T *restrict m) {                                 \
+    static void col_min_##S(const T *restrict x, int64_t len, int64_t inner,                       \
+                            int64_t b, T *restrict m) {                                            \
         for (int64_t j = 0; j < b; j++) m[j] = x[j];                                               \
         for (int64_t r = 1; r < len; r++) {                                                        \
             const T *restrict row = x + r * inner;                                                 \
@@ -165,9 +165,9 @@
         }                                                                                          \
     }                                                                                              \
     /* first index of the max (min); the first NaN wins */                                         \
-    CPU_CLONES static void col_arg_##S(const T *restrict x, int64_t len, int64_t inner,            \
-                                       int64_t b, int is_max, T *restrict m,                       \
-                                       int64_t *restrict idx) {                                    \
+    static void col_arg_##S(const T *restrict x, int64_t len, int64_t inner,                       \
+                            int64_t b, int is_max, T *restrict m,                                  \
+                            int64_t *restrict idx) {                                               \
         for (int64_t j = 0; j < b; j++) {                                                          \
             m[j] = x[j];                                                                           \
             idx[j] = 0;                                                                            \
@@ -195,7 +195,7 @@ RED_PRIMS(float, f32)
 RED_PRIMS(double, f64)
 
 /* sum of exp(x - m) in double: f32 through the vectorized cpu_expf, a block at a time */
-CPU_CLONES static double seg_sumexp_f32(const float *restrict x, int64_t n, float m) {
+static double seg_sumexp_f32(const float *restrict x, int64_t n, float m) {
     float e[RED_BLOCK];
     double a[RED_LANES] = {0}, s = 0;
     for (int64_t i0 = 0; i0 < n; i0 += RED_BLOCK) {
@@ -245,9 +245,9 @@ static bool all_finite_f32(const float *m, int64_t b) {
     return ok;
 }
 
-CPU_CLONES static void col_sumexp_f32(const float *restrict x, int64_t len, int64_t inner,
-                                      int64_t b, const float *restrict m,
-                                      double *restrict acc) {
+static void col_sumexp_f32(const float *restrict x, int64_t len, int64_t inner,
+                           int64_t b, const float *restrict m,
+                           double *restrict acc) {
     if (all_finite_f32(m, b))
         col_sumexp_body(x, len, inner, b, m, acc, false);
     else
@@ -543,8 +543,8 @@ static void cols_range(int64_t lo, int64_t hi, void *arg) {
     }
 }
 
-em_status cpu_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_view *in, int dim,
-                     const double *params) {
+em_status CPU_K(cpu_reduce)(void *ctx, em_reduce_op op, const em_view *out, const em_view *in,
+                            int dim, const double *params) {
     const em_dtype dt = in->dtype;
     bool fast = (dt == EM_F32 || dt == EM_F64) && op >= 0 && op < EM_RED_COUNT &&
                 out->dtype == (is_arg(op) ? EM_I64 : dt) && cpu_contiguous(out);
@@ -585,8 +585,8 @@ em_status cpu_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_vi
 /* ---- softmax ---- */
 
 /* one contiguous row: o = softmax(x) or log_softmax(x) (n >= 1) */
-CPU_CLONES static void softmax_row_f32(float *restrict o, const float *restrict x, int64_t n,
-                                       bool log_) {
+static void softmax_row_f32(float *restrict o, const float *restrict x, int64_t n,
+                            bool log_) {
     const float m = seg_max_f32(x, n);
     if (!isfinite(m)) { /* a NaN, or an infinite max: x - m or the sum is NaN, as in ref */
         for (int64_t i = 0; i < n; i++) o[i] = NAN;
@@ -631,8 +631,8 @@ static CPU_INLINE void softmax_exp_body(float *restrict o, const float *restrict
 }
 
 /* a block of b columns over len rows (row stride inner) */
-CPU_CLONES static void softmax_cols_f32(float *restrict o, const float *restrict x, int64_t len,
-                                        int64_t inner, int64_t b, bool log_) {
+static void softmax_cols_f32(float *restrict o, const float *restrict x, int64_t len,
+                             int64_t inner, int64_t b, bool log_) {
     float m[RED_BLOCK] = {0}, f[RED_BLOCK];
     double s[RED_BLOCK];
     col_max_f32(x, len, inner, b, m);
@@ -711,7 +711,8 @@ static void sm_cols(int64_t lo, int64_t hi, void *arg) {
     }
 }
 
-em_status cpu_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log) {
+em_status CPU_K(cpu_softmax)(void *ctx, const em_view *out, const em_view *in, int dim,
+                             bool log) {
     const em_dtype dt = in->dtype;
     bool fast = (dt == EM_F32 || dt == EM_F64) && out->dtype == dt && cpu_contiguous(out) &&
                 dim >= 0 && dim < in->rank;

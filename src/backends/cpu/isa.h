@@ -1,0 +1,88 @@
+/*
+ * isa.h — the instruction-set levels of the cpu backend (isa.c), without the rest of cpu.h
+ * (ember-info and the tests include it).
+ *
+ * The hot loops (elementwise.c, compare.c, reduce.c, nn.c, conv.c, with kernels.c's table) are
+ * compiled once per level, each copy with its level's compiler flags and its level's name as a
+ * suffix of its entry points (CPU_K); conv.c has no avx2 copy (the portable one serves, see
+ * kernels.c). The backend picks one level when it is first used, from the CPU and the
+ * environment variable EMBER_CPU_ISA:
+ *   - unset, empty or `auto`: the best level the CPU (and this build) supports;
+ *   - `portable`, `avx2`, `avx512` (any case): that level, or, when the CPU lacks it, the best
+ *     supported level below it (never an instruction the CPU cannot run);
+ *   - anything else: auto.
+ * The choice is never an error: ember-info prints the level and, when it differs from what was
+ * asked for, why (cpu_isa_describe).
+ */
+#ifndef EMBER_CPU_ISA_H
+#define EMBER_CPU_ISA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ember/backend.h"
+
+/* The levels, in order (macros, so that the per-level files can test them with #if). */
+#define CPU_ISA_PORTABLE 0 /* the compiler's baseline (x86-64: SSE2) */
+#define CPU_ISA_AVX2 1     /* x86-64-v3: AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE */
+#define CPU_ISA_AVX512 2   /* AVX2's set plus AVX-512F (the hand-written kernels of conv.c and
+                              pool_avx512.c) */
+#define CPU_ISA_COUNT 3
+
+/** The level the cpu backend runs, chosen once (thread-safe; later calls read it). */
+int cpu_isa(void);
+/** The best level this CPU and this build support. */
+int cpu_isa_best(void);
+/** "portable", "avx2", "avx512"; "?" for other values. */
+const char *cpu_isa_name(int level);
+/** One line about the choice, e.g. "avx2 (auto; the best this CPU supports: avx2)" or
+ *  "avx2 (EMBER_CPU_ISA=avx512, but this CPU lacks AVX-512F: using avx2)". */
+void cpu_isa_describe(char *buf, size_t cap);
+
+/** The rule behind cpu_isa, as a pure function: the level for the value `env` of
+ *  EMBER_CPU_ISA (NULL: unset) when `best` is the best supported level. When the result is
+ *  not what env asked for (a level above best, an unknown value), a one-line reason is
+ *  written to note (if note is non-NULL; else note[0] = 0 when cap > 0). */
+int cpu_isa_choose(const char *env, int best, char *note, size_t cap);
+
+/** OpenBLAS's kernel check: true (and a one-line warning in buf) when `core` (what
+ *  openblas_get_corename() says) is a pre-AVX2 x86 kernel although the CPU's best level is
+ *  `best` (avx2 or avx512), with the OPENBLAS_CORETYPE value to use instead. */
+bool cpu_blas_core_warning(const char *core, int best, char *buf, size_t cap);
+
+/** One level's kernels (the slots of em_backend_ops that the per-level files fill). */
+typedef struct cpu_kernels {
+    int isa; /* CPU_ISA_* */
+    em_status (*unary)(void *ctx, em_unary_op op, const em_view *out, const em_view *in,
+                       const double *params);
+    em_status (*binary)(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
+                        const em_view *b);
+    em_status (*binary_scalar)(void *ctx, em_binary_op op, const em_view *out,
+                               const em_view *a, double s);
+    em_status (*where)(void *ctx, const em_view *out, const em_view *cond, const em_view *a,
+                       const em_view *b);
+    em_status (*reduce)(void *ctx, em_reduce_op op, const em_view *out, const em_view *in,
+                        int dim, const double *params);
+    em_status (*softmax)(void *ctx, const em_view *out, const em_view *in, int dim, bool log);
+    em_status (*conv2d)(void *ctx, const em_view *out, const em_view *x, const em_view *w,
+                        const em_view *bias, const em_conv_args *a);
+    em_status (*conv2d_weight_grad)(void *ctx, const em_view *gw, const em_view *x,
+                                    const em_view *gy, const em_conv_args *a);
+    em_status (*conv_transpose2d)(void *ctx, const em_view *out, const em_view *x,
+                                  const em_view *w, const em_view *bias, const em_conv_args *a);
+    em_status (*max_pool2d)(void *ctx, const em_view *out, const em_view *indices,
+                            const em_view *x, const em_pool_args *a);
+    em_status (*avg_pool2d)(void *ctx, const em_view *out, const em_view *x,
+                            const em_pool_args *a);
+    em_status (*avg_pool2d_backward)(void *ctx, const em_view *gx, const em_view *gy,
+                                     const em_pool_args *a);
+    em_status (*layer_norm)(void *ctx, const em_view *out, const em_view *x,
+                            const em_view *weight, const em_view *bias, int64_t norm_numel,
+                            double eps);
+} cpu_kernels;
+
+/** The table of a level compiled into this build, else NULL (the unit tests run one op
+ *  through every level with it). */
+const cpu_kernels *cpu_kernels_of(int level);
+
+#endif /* EMBER_CPU_ISA_H */
