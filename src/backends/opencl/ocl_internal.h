@@ -54,6 +54,9 @@ void ocl_cache_key(const ocl_dev *d, const char *text, const char *options, char
 /** Releases every program and kernel d has built (tests use it to make the next launch go
  *  through the disk cache). */
 void ocl_drop_programs(ocl_dev *d);
+/** Registers (again) the exit handler that waits for every opened device's queue; see
+ *  ocl_finish_all in opencl.c. Called after the first launch of each kernel has finished. */
+void ocl_exit_guard(void);
 /** Counters for tests: programs built from source and loaded from disk since start. */
 extern atomic_int ocl_stat_built, ocl_stat_loaded;
 

@@ -26,10 +26,25 @@ static int ocl_ndev;
 static ocl_dev **ocl_devs; /* opened devices, by index */
 static pthread_mutex_t ocl_open_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* At exit, waits for the work still queued on every opened device. A driver may compile or
+ * run it on threads of its own (PoCL does, with LLVM), and exit runs the destructors that
+ * LLVM registered while those threads still use what they destroy. Exit handlers run last
+ * registered first, and LLVM registers some of its destructors during its first compiles
+ * (function-local statics), so one registration at start is not enough: ocl_launch waits
+ * for the first launch of every kernel and registers this handler again after it, so that
+ * it runs before whatever that compile registered. At most once per kernel. */
+static void ocl_finish_all(void) {
+    for (int i = 0; i < ocl_ndev; i++)
+        if (ocl_devs && ocl_devs[i]) clFinish(ocl_devs[i]->queue);
+}
+
+void ocl_exit_guard(void) { atexit(ocl_finish_all); }
+
 /* Lists every device of every platform (no platform, or no loader driver: 0 devices). */
 static void ocl_list(void) {
     cl_uint np = 0;
     if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0) return;
+    ocl_exit_guard();
     cl_platform_id *ps = calloc(np, sizeof *ps);
     if (!ps || clGetPlatformIDs(np, ps, NULL) != CL_SUCCESS) {
         free(ps);

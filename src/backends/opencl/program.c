@@ -197,8 +197,10 @@ static em_status ocl_get_prog(ocl_dev *d, const char *prog, const char *options,
     return EM_OK;
 }
 
-/* The kernel `name` of program q, created at first use. Called with d->lock held. */
-static em_status ocl_get_kernel(ocl_prog *q, const char *name, cl_kernel *out) {
+/* The kernel `name` of program q, created at first use (*created is then true). Called
+ * with d->lock held. */
+static em_status ocl_get_kernel(ocl_prog *q, const char *name, cl_kernel *out, bool *created) {
+    *created = false;
     for (ocl_kern *k = q->kernels; k; k = k->next)
         if (strcmp(k->name, name) == 0) {
             *out = k->k;
@@ -220,6 +222,7 @@ static em_status ocl_get_kernel(ocl_prog *q, const char *name, cl_kernel *out) {
     k->next = q->kernels;
     q->kernels = k;
     *out = k->k;
+    *created = true;
     return EM_OK;
 }
 
@@ -232,8 +235,9 @@ em_status ocl_launch(ocl_dev *d, const char *prog, const char *options, const ch
     pthread_mutex_lock(&d->lock);
     ocl_prog *q = NULL;
     cl_kernel k = NULL;
+    bool first = false;
     em_status st = ocl_get_prog(d, prog, options, &q);
-    if (st == EM_OK) st = ocl_get_kernel(q, kernel, &k);
+    if (st == EM_OK) st = ocl_get_kernel(q, kernel, &k, &first);
     for (int i = 0; st == EM_OK && i < nargs; i++) {
         cl_int err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
         if (err != CL_SUCCESS) {
@@ -250,6 +254,10 @@ em_status ocl_launch(ocl_dev *d, const char *prog, const char *options, const ch
             char what[160];
             snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s of %s.cl)", kernel, prog);
             st = ocl_fail(err, what);
+        } else if (first) {
+            /* the driver compiles it now: wait, then make sure exit waits first (opencl.c) */
+            clFinish(d->queue);
+            ocl_exit_guard();
         }
     }
     pthread_mutex_unlock(&d->lock);
