@@ -7,15 +7,16 @@
  *   - round trip: em_remote_sync on an idle connection, and a 1-element add + read, against a
  *     raw TCP ping-pong of one byte (the floor any request-reply pays on this machine), with
  *     the ratio of each to raw (goal <= 1.5). A loopback round trip costs what the scheduler
- *     makes of it: a woken thread that runs on the waker's CPU (the waker goes to sleep) costs
- *     one context switch, one woken on another CPU an interrupt to that CPU and, when that CPU
- *     is idle, its wake-up (2-4x the former on a VM). Which of the two a pair of threads gets
- *     is chance: it settles as the load balancer and the wake-up heuristics place them, and it
- *     differs between the raw peer and the server's thread of the same run. So the bench fixes
- *     the placement: the server's threads and the raw peer run on one CPU (S) and the client
- *     measures twice, on S ("same CPU") and on another CPU ("across CPUs"; with two CPUs or
- *     more). The three are measured in interleaved blocks of calls and each figure is the
- *     median of its blocks' means, so that load that comes and goes hits all three alike;
+ *     makes of it: a thread woken on the waker's CPU (the waker goes to sleep) costs a context
+ *     switch; one woken on another CPU an interrupt to that CPU and, when it is idle or busy
+ *     with other work, its wake-up or preemption (6-15x the former on a 2-vCPU VM). Which a
+ *     pair of threads gets is chance (load balancer, wake-up heuristics), and the raw peer and
+ *     the server's thread of one run often get different ones. So the bench fixes placement:
+ *     the server's threads (the hosted device's too; its kernels here are of one element) and
+ *     the raw peer run on one CPU S, and the client measures on S ("same CPU") and on another
+ *     CPU ("across CPUs", with two CPUs or more). The three are timed in interleaved blocks of
+ *     calls; each figure is the median of its blocks' means, so that load that comes and goes
+ *     hits all three alike;
  *   - pipelined ops: 1-element adds sent back to back and waited for once, against the same
  *     adds each followed by a sync (what an unpipelined protocol would cost);
  *   - bulk transfer: --mb MiB written (em_tensor_from_data + sync) and read (em_read_many),
