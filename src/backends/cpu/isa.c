@@ -58,7 +58,7 @@ static int detect_best(void) {
     const bool bmi1 = b & (1u << 3), avx2 = b & (1u << 5), bmi2 = b & (1u << 8),
                avx512f = b & (1u << 16);
     bool lzcnt = false;
-    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000001u) {
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000001u) {
         __cpuid(0x80000001u, a, b, c, d);
         lzcnt = c & (1u << 5);
     }
