@@ -19,6 +19,30 @@ const char *em_backend_name(em_backend b) {
     return "?";
 }
 
+em_status emi_fail_device_value(const char *fn, em_device dev) {
+    if ((unsigned)dev.backend >= EM_BACKEND_MAX)
+        return emi_fail(EM_ERR_ARG, "%s: invalid device: backend %d is outside 0..%d", fn,
+                        (int)dev.backend, EM_BACKEND_MAX - 1);
+    if (dev.index < 0)
+        return emi_fail(EM_ERR_ARG, "%s: invalid device: index %d is negative", fn, dev.index);
+    if ((unsigned)dev.checkpointing > EM_CKPT_BALANCED)
+        return emi_fail(EM_ERR_ARG,
+                        "%s: invalid device: checkpointing %d is not an em_checkpointing value",
+                        fn, (int)dev.checkpointing);
+    return emi_fail(EM_ERR_ARG,
+                    "%s: invalid device: checkpointing of an autodiff device must be "
+                    "EM_CKPT_DISABLED or EM_CKPT_BALANCED, not EM_CKPT_NONE",
+                    fn);
+}
+
+em_status emi_check_device(const char *fn, em_device dev) {
+    EMI_TRY(emi_check_device_value(fn, dev));
+    const em_backend_ops *ops;
+    void *ctx;
+    em_status s = emi_backend(dev, &ops, &ctx);
+    return s == EM_OK ? EM_OK : emi_fail_prefixed(s, fn);
+}
+
 bool em_device_equal(em_device a, em_device b) {
     if (a.backend != b.backend || a.index != b.index || a.autodiff != b.autodiff) return false;
     return !a.autodiff || a.checkpointing == b.checkpointing;
@@ -27,6 +51,7 @@ bool em_device_equal(em_device a, em_device b) {
 em_status em_device_autodiff(em_device inner, em_checkpointing strategy, em_device *out) {
     static const char fn[] = "em_device_autodiff";
     EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_device_value(fn, inner));
     if (strategy != EM_CKPT_DISABLED && strategy != EM_CKPT_BALANCED)
         return emi_fail(EM_ERR_ARG, "%s: strategy must be EM_CKPT_DISABLED or EM_CKPT_BALANCED",
                         fn);
@@ -41,6 +66,7 @@ em_status em_device_autodiff(em_device inner, em_checkpointing strategy, em_devi
 em_status em_device_name(em_device dev, char *buf, size_t cap) {
     static const char fn[] = "em_device_name";
     if (!buf) return emi_fail(EM_ERR_ARG, "%s: buf is NULL", fn);
+    EMI_TRY(emi_check_device_value(fn, dev));
     const char *name = em_backend_name(dev.backend);
     if (strcmp(name, "?") == 0 || dev.index < 0)
         return emi_fail(EM_ERR_ARG, "%s: not a device (backend %d, index %d)", fn,

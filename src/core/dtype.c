@@ -6,16 +6,20 @@
 typedef struct emi_dtype_info {
     const char *name;
     em_kind kind;
-    size_t size;
 } emi_dtype_info;
 
 static const emi_dtype_info emi_dtypes[EM_DTYPE_COUNT] = {
-    [EM_F32] = {"f32", EM_KIND_FLOAT, 4},  [EM_F64] = {"f64", EM_KIND_FLOAT, 8},
-    [EM_F16] = {"f16", EM_KIND_FLOAT, 2},  [EM_BF16] = {"bf16", EM_KIND_FLOAT, 2},
-    [EM_I64] = {"i64", EM_KIND_INT, 8},    [EM_I32] = {"i32", EM_KIND_INT, 4},
-    [EM_I16] = {"i16", EM_KIND_INT, 2},    [EM_I8] = {"i8", EM_KIND_INT, 1},
-    [EM_U8] = {"u8", EM_KIND_INT, 1},      [EM_BOOL] = {"bool", EM_KIND_BOOL, 1},
-    [EM_Q8] = {"q8", EM_KIND_QUANTIZED, 1}, [EM_Q4] = {"q4", EM_KIND_QUANTIZED, 1},
+    [EM_F32] = {"f32", EM_KIND_FLOAT},  [EM_F64] = {"f64", EM_KIND_FLOAT},
+    [EM_F16] = {"f16", EM_KIND_FLOAT},  [EM_BF16] = {"bf16", EM_KIND_FLOAT},
+    [EM_I64] = {"i64", EM_KIND_INT},    [EM_I32] = {"i32", EM_KIND_INT},
+    [EM_I16] = {"i16", EM_KIND_INT},    [EM_I8] = {"i8", EM_KIND_INT},
+    [EM_U8] = {"u8", EM_KIND_INT},      [EM_BOOL] = {"bool", EM_KIND_BOOL},
+    [EM_Q8] = {"q8", EM_KIND_QUANTIZED}, [EM_Q4] = {"q4", EM_KIND_QUANTIZED},
+};
+
+const uint8_t emi_dtype_sizes[EM_DTYPE_COUNT] = {
+    [EM_F32] = 4, [EM_F64] = 8, [EM_F16] = 2, [EM_BF16] = 2, [EM_I64] = 8, [EM_I32] = 4,
+    [EM_I16] = 2, [EM_I8] = 1,  [EM_U8] = 1,  [EM_BOOL] = 1, [EM_Q8] = 1,  [EM_Q4] = 1,
 };
 
 static bool emi_dtype_valid(em_dtype dt) { return (int)dt >= 0 && (int)dt < EM_DTYPE_COUNT; }
@@ -26,7 +30,7 @@ em_kind em_dtype_kind(em_dtype dt) {
 
 const char *em_dtype_name(em_dtype dt) { return emi_dtype_valid(dt) ? emi_dtypes[dt].name : "?"; }
 
-size_t em_dtype_size(em_dtype dt) { return emi_dtype_valid(dt) ? emi_dtypes[dt].size : 0; }
+size_t em_dtype_size(em_dtype dt) { return emi_dtype_size(dt); }
 
 const char *em_kind_name(em_kind k) {
     switch (k) {

@@ -26,8 +26,30 @@ typedef struct emi_storage {
     size_t bytes;
 } emi_storage;
 
+/* In sanitizer builds released handles are not recycled (see src/core/tensor.c), so that
+ * AddressSanitizer reports a use after release. */
+#if defined(__SANITIZE_ADDRESS__)
+#define EMI_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMI_ASAN 1
+#endif
+#endif
+#ifndef EMI_ASAN
+#define EMI_ASAN 0
+#endif
+
+/* em_tensor.magic: EMI_TENSOR_LIVE from creation until the last release, then
+ * EMI_TENSOR_DEAD, so that a released handle passed back in (while its memory is still
+ * ember's, e.g. in the handle cache) is refused with EM_ERR_ARG "released tensor" instead of
+ * being read. A handle that was already recycled for a new tensor cannot be told apart in a
+ * plain build; ASan builds catch that case. */
+#define EMI_TENSOR_LIVE 0x454d7431u /* "EMt1" */
+#define EMI_TENSOR_DEAD 0x64656164u /* "dead" */
+
 struct em_tensor {
     atomic_int refs;
+    uint32_t magic; /* EMI_TENSOR_LIVE while the handle is live (fills the padding) */
     emi_storage *st;
     em_view v;          /* v.buf == st->buf; for quantized tensors v.dtype is the storage dtype */
     em_dtype dtype;     /* the public dtype (EM_Q8 / EM_Q4 for quantized tensors) */
@@ -61,6 +83,7 @@ em_status emi_fail_null(const char *fn, const char *what);
 em_status emi_fail_kind(const char *fn, const char *want, const em_tensor *t);
 em_status emi_fail_devices(const char *fn, const em_tensor *a, const em_tensor *b);
 em_status emi_fail_dtypes(const char *fn, const em_tensor *a, const em_tensor *b);
+em_status emi_fail_released(const char *fn, const char *what);
 
 /** The kind of a valid dtype (table lookup). */
 static inline em_kind emi_kind(em_dtype dt) {
@@ -70,10 +93,42 @@ static inline em_kind emi_kind(em_dtype dt) {
     return k[dt];
 }
 
-/** t != NULL ("<fn>: <what> is NULL"). */
+/** t != NULL ("<fn>: <what> is NULL") and t is not a released handle ("<fn>: <what> is a
+ *  released tensor", EM_ERR_ARG). */
 static inline em_status emi_check_tensor(const char *fn, const char *what, const em_tensor *t) {
-    return t ? EM_OK : emi_fail_null(fn, what);
+    if (!t) return emi_fail_null(fn, what);
+    return t->magic == EMI_TENSOR_LIVE ? EM_OK : emi_fail_released(fn, what);
 }
+
+/** The size in bytes of an element of dt (0 for an invalid dtype): em_dtype_size, inline. */
+extern const uint8_t emi_dtype_sizes[EM_DTYPE_COUNT];
+static inline size_t emi_dtype_size(em_dtype dt) {
+    return (unsigned)dt < EM_DTYPE_COUNT ? emi_dtype_sizes[dt] : 0;
+}
+
+/** True when t is outside autodiff altogether: untracked, on a plain device, unmarked. An op
+ *  whose inputs are all plain records nothing and its result is a plain tensor on the first
+ *  input's device, which is what emi_empty makes: such an op may skip emi_ad_begin /
+ *  emi_ad_end (the tiny-op fast path). */
+static inline bool emi_plain(const em_tensor *t) {
+    return !t->ad && !t->dev.autodiff && t->ckpt == EM_CKPT_NONE;
+}
+
+/** Checks a device value passed to a public call: backend id in 0..EM_BACKEND_MAX-1, index
+ *  >= 0, checkpointing an em_checkpointing value (DISABLED or BALANCED on an autodiff
+ *  device). EM_ERR_ARG "<fn>: invalid device: <field> ..." otherwise. Whether the device is
+ *  present is emi_backend's question (EM_ERR_DEVICE). */
+em_status emi_fail_device_value(const char *fn, em_device dev);
+static inline em_status emi_check_device_value(const char *fn, em_device dev) {
+    if ((unsigned)dev.backend < EM_BACKEND_MAX && dev.index >= 0 &&
+        (dev.autodiff ? (dev.checkpointing == EM_CKPT_DISABLED ||
+                         dev.checkpointing == EM_CKPT_BALANCED)
+                      : (unsigned)dev.checkpointing <= EM_CKPT_BALANCED))
+        return EM_OK;
+    return emi_fail_device_value(fn, dev);
+}
+/** emi_check_device_value, then the device's presence (EM_ERR_DEVICE "<fn>: ..."). */
+em_status emi_check_device(const char *fn, em_device dev);
 /** out != NULL. */
 static inline em_status emi_check_out(const char *fn, const void *out) {
     return out ? EM_OK : emi_fail_null(fn, "out");
@@ -187,6 +242,7 @@ em_view emi_broadcast_view(const em_tensor *t, const int64_t *shape, int rank);
 /** True when two shapes are equal. */
 static inline bool emi_same_shape(const int64_t *a, int ra, const int64_t *b, int rb) {
     if (ra != rb) return false;
+    if (a == b) return true;
     for (int i = 0; i < ra; i++)
         if (a[i] != b[i]) return false;
     return true;

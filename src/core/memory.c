@@ -4,6 +4,7 @@
 /* The backend of dev with a memory count, or a failure naming fn. */
 static em_status emi_memory_backend(const char *fn, em_device dev, const em_backend_ops **ops,
                                     void **ctx) {
+    EMI_TRY(emi_check_device_value(fn, dev));
     em_status s = emi_backend(dev, ops, ctx);
     if (s != EM_OK) return emi_fail_prefixed(s, fn);
     if (!(*ops)->memory || !(*ops)->memory_reset_peak)
@@ -39,6 +40,7 @@ em_status em_device_memory_release(em_device dev) {
     static const char fn[] = "em_device_memory_release";
     const em_backend_ops *ops;
     void *ctx;
+    EMI_TRY(emi_check_device_value(fn, dev));
     em_status s = emi_backend(dev, &ops, &ctx);
     if (s != EM_OK) return emi_fail_prefixed(s, fn);
     if (ops->memory_release) ops->memory_release(ctx);

@@ -94,6 +94,10 @@ em_status emi_fail_null(const char *fn, const char *what) {
     return emi_fail(EM_ERR_ARG, "%s: %s is NULL", fn, what);
 }
 
+em_status emi_fail_released(const char *fn, const char *what) {
+    return emi_fail(EM_ERR_ARG, "%s: %s is a released tensor", fn, what);
+}
+
 em_status emi_fail_kind(const char *fn, const char *want, const em_tensor *t) {
     return emi_fail(EM_ERR_DTYPE, "%s: expected %s tensor, got %s (%s)", fn, want,
                     em_kind_name(em_dtype_kind(t->dtype)), em_dtype_name(t->dtype));

@@ -22,7 +22,11 @@ typedef struct emi_block {
     size_t cap; /* in the cache: bytes of the retained buffer st.buf (NULL: none) */
 } emi_block;
 
-#define EMI_BLOCK_CACHE 32
+/* In ASan builds (EMI_ASAN) nothing is cached: a released handle's block is freed at once,
+ * so that ASan, whose allocator keeps freed memory out of reuse for a while, reports any use
+ * of the stale handle (heap-use-after-free) instead of it silently reading whichever tensor
+ * the cache gave the block to next. */
+#define EMI_BLOCK_CACHE (EMI_ASAN ? 0 : 32)
 #define EMI_TINY_BYTES 256
 
 typedef struct emi_block_cache {
@@ -31,7 +35,15 @@ typedef struct emi_block_cache {
     bool registered; /* the thread-exit drain is set up */
 } emi_block_cache;
 
-static _Thread_local emi_block_cache emi_cache;
+/* initial-exec: every tiny op touches the cache twice, and in the shared library the default
+ * (dynamic) TLS model makes each touch a __tls_get_addr call. 24 bytes fit in the static TLS
+ * space that glibc reserves even for a library that is dlopen'ed. */
+#if defined(__GNUC__) && defined(__ELF__)
+#define EMI_TLS_IE __attribute__((tls_model("initial-exec")))
+#else
+#define EMI_TLS_IE
+#endif
+static _Thread_local emi_block_cache emi_cache EMI_TLS_IE;
 static pthread_key_t emi_cache_key;
 static pthread_once_t emi_cache_once = PTHREAD_ONCE_INIT;
 
@@ -52,15 +64,23 @@ static void emi_cache_drain(void *unused) {
 
 static void emi_cache_key_init(void) { pthread_key_create(&emi_cache_key, emi_cache_drain); }
 
+/* First use of the cache on this thread: make sure it is drained at thread exit. */
+static __attribute__((noinline)) void emi_cache_register(emi_block_cache *c) {
+    pthread_once(&emi_cache_once, emi_cache_key_init);
+    pthread_setspecific(emi_cache_key, c);
+    c->registered = true;
+}
+
 /* A block for a new tensor of `bytes` on (ops, ctx); *buf gets a retained buffer that fits,
  * or NULL. */
-static emi_block *emi_block_alloc(const em_backend_ops *ops, void *ctx, size_t bytes,
-                                  void **buf) {
+static inline emi_block *emi_block_alloc(const em_backend_ops *ops, void *ctx, size_t bytes,
+                                         void **buf) {
     *buf = NULL;
-    emi_block *b = emi_cache.head;
+    emi_block_cache *c = &emi_cache;
+    emi_block *b = c->head;
     if (!b) return malloc(sizeof(emi_block));
-    emi_cache.head = b->next_free;
-    emi_cache.n--;
+    c->head = b->next_free;
+    c->n--;
     if (b->st.buf) {
         if (b->st.ops == ops && b->st.ctx == ctx && bytes <= b->cap) *buf = b->st.buf;
         else b->st.ops->free(b->st.ctx, b->st.buf);
@@ -70,19 +90,15 @@ static emi_block *emi_block_alloc(const em_backend_ops *ops, void *ctx, size_t b
 
 /* Puts a block in this thread's cache (keeping buf, a buffer of cap bytes of the block's
  * storage, or NULL), or frees it when the cache is full. */
-static void emi_block_cache_put(emi_block *b, void *buf, size_t cap) {
+static inline void emi_block_cache_put(emi_block *b, void *buf, size_t cap) {
     b->st.buf = buf;
     b->cap = cap;
-    if (emi_cache.n < EMI_BLOCK_CACHE) {
-        if (!emi_cache.registered) {
-            /* First use on this thread: make sure the cache is drained at thread exit. */
-            pthread_once(&emi_cache_once, emi_cache_key_init);
-            pthread_setspecific(emi_cache_key, &emi_cache);
-            emi_cache.registered = true;
-        }
-        b->next_free = emi_cache.head;
-        emi_cache.head = b;
-        emi_cache.n++;
+    emi_block_cache *c = &emi_cache;
+    if (c->n < EMI_BLOCK_CACHE) {
+        if (!c->registered) emi_cache_register(c);
+        b->next_free = c->head;
+        c->head = b;
+        c->n++;
         return;
     }
     emi_block_destroy(b);
@@ -109,13 +125,17 @@ void emi_storage_release(emi_storage *st) {
 }
 
 void em_tensor_retain(em_tensor *t) {
-    if (t) atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+    if (!t) return;
+    if (t->magic != EMI_TENSOR_LIVE) {
+        emi_fail_released("em_tensor_retain", "t");
+        return;
+    }
+    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
 }
 
-
-void em_tensor_release(em_tensor *t) {
-    if (!t) return;
-    if (!emi_dec_is_last(&t->refs)) return;
+/* The release of a handle whose last reference is gone (rarer cases: tracked, a view, or
+ * storage shared with views, or a buffer too big to keep). */
+static __attribute__((noinline)) void emi_tensor_free_slow(em_tensor *t) {
     if (t->ad) emi_ad_release(t);
     emi_storage *st = t->st;
     emi_block *own = (emi_block *)((char *)st - offsetof(emi_block, st));
@@ -138,6 +158,26 @@ void em_tensor_release(em_tensor *t) {
     }
 }
 
+void em_tensor_release(em_tensor *t) {
+    if (!t) return;
+    if (t->magic != EMI_TENSOR_LIVE) {
+        /* A second release of a handle still in the cache would put it there twice. */
+        emi_fail_released("em_tensor_release", "t");
+        return;
+    }
+    if (!emi_dec_is_last(&t->refs)) return;
+    t->magic = EMI_TENSOR_DEAD;
+    emi_storage *st = t->st;
+    emi_block *own = (emi_block *)((char *)st - offsetof(emi_block, st));
+    /* The tiny-op case: an untracked tensor alone on its block's tiny buffer. */
+    if (!t->ad && &own->t == t && st->bytes <= EMI_TINY_BYTES &&
+        atomic_load_explicit(&st->refs, memory_order_acquire) == 1) {
+        emi_block_cache_put(own, st->buf, st->bytes ? st->bytes : 1);
+        return;
+    }
+    emi_tensor_free_slow(t);
+}
+
 /* Prefixes this thread's message with "fn: " and returns s. */
 __attribute__((noinline)) em_status emi_fail_prefixed(em_status s, const char *fn) {
     char msg[512];
@@ -151,7 +191,7 @@ em_status emi_empty(const char *fn, em_device dev, em_dtype dt, const int64_t *s
     /* The shape was checked by the caller or derives from checked ones: a cheap re-check,
      * with the full one (and its message) only when something is off. */
     int64_t numel = 1, bound = 1;
-    bool ok = rank >= 0 && rank <= EM_MAX_RANK && (rank == 0 || shape);
+    bool ok = (unsigned)rank <= EM_MAX_RANK && (rank == 0 || shape);
     for (int i = 0; ok && i < rank; i++) {
         int64_t d = shape[i];
         ok = d >= 0 && !__builtin_mul_overflow(bound, d ? d : 1, &bound);
@@ -162,7 +202,7 @@ em_status emi_empty(const char *fn, em_device dev, em_dtype dt, const int64_t *s
     void *ctx;
     em_status s = emi_backend(dev, &ops, &ctx);
     if (s != EM_OK) return emi_fail_prefixed(s, fn);
-    size_t bytes = (size_t)numel * em_dtype_size(dt);
+    size_t bytes = (size_t)numel * emi_dtype_size(dt);
     void *buf;
     emi_block *b = emi_block_alloc(ops, ctx, bytes ? bytes : 1, &buf);
     if (!b) return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
@@ -182,15 +222,17 @@ em_status emi_empty(const char *fn, em_device dev, em_dtype dt, const int64_t *s
     b->st.bytes = bytes;
     em_tensor *t = &b->t;
     atomic_init(&t->refs, 1);
+    t->magic = EMI_TENSOR_LIVE;
     t->st = &b->st;
     t->v.buf = buf;
     t->v.dtype = dt;
     t->v.rank = rank;
-    for (int i = 0; i < rank; i++) t->v.shape[i] = shape[i];
     int64_t stride = 1;
     for (int i = rank - 1; i >= 0; i--) {
+        int64_t d = shape[i];
+        t->v.shape[i] = d;
         t->v.strides[i] = stride;
-        stride *= shape[i] > 1 ? shape[i] : 1;
+        stride *= d > 1 ? d : 1;
     }
     t->v.offset = 0;
     t->dtype = dt;
@@ -208,6 +250,7 @@ em_status emi_view_tensor(const em_tensor *base, const int64_t *shape, const int
     if (!t) return emi_fail(EM_ERR_NOMEM, "out of memory");
     *t = *base;
     atomic_init(&t->refs, 1);
+    t->magic = EMI_TENSOR_LIVE;
     atomic_fetch_add_explicit(&base->st->refs, 1, memory_order_relaxed);
     t->v.rank = rank;
     for (int i = 0; i < rank; i++) {
@@ -324,6 +367,10 @@ em_status emi_read_all(const em_tensor *t, void **data, size_t *bytes) {
     do {                                                                                      \
         if (!(t)) {                                                                           \
             emi_fail(EM_ERR_ARG, "%s: tensor is NULL", fn);                                   \
+            return zero;                                                                      \
+        }                                                                                     \
+        if ((t)->magic != EMI_TENSOR_LIVE) {                                                  \
+            emi_fail_released(fn, "tensor");                                                  \
             return zero;                                                                      \
         }                                                                                     \
     } while (0)

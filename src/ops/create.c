@@ -6,18 +6,6 @@
 #include "autodiff/autodiff.h"
 #include "autodiff/rules/rules.h"
 
-/* Resolves a device argument for creation calls, prefixing the routing error with fn. */
-static em_status emi_check_device(const char *fn, em_device dev) {
-    const em_backend_ops *ops;
-    void *ctx;
-    em_status s = emi_backend(dev, &ops, &ctx);
-    if (s == EM_OK) return EM_OK;
-    char msg[400];
-    strncpy(msg, em_last_error(), sizeof msg - 1);
-    msg[sizeof msg - 1] = '\0';
-    return emi_fail(s, "%s: %s", fn, msg);
-}
-
 static em_status emi_check_plain_dtype(const char *fn, em_dtype dt) {
     if ((int)dt < 0 || (int)dt >= EM_DTYPE_COUNT)
         return emi_fail(EM_ERR_DTYPE, "%s: invalid dtype %d", fn, (int)dt);

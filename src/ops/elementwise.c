@@ -134,39 +134,58 @@ static em_dtype binary_out_dtype(em_binary_op op, em_dtype in) {
     return op >= EM_BIN_EQ ? EM_BOOL : in;
 }
 
+/* True when a kernel may read t through its own view (the backend takes strided inputs or t
+ * is contiguous). */
+static inline bool ew_direct(const em_tensor *t) {
+    return (t->st->ops->caps & EM_CAP_STRIDED_INPUTS) || emi_view_is_contiguous(&t->v);
+}
+
 /* a op b (broadcast) into a fresh tensor, or into a's buffer when consumed == a allows it. */
 static em_status binary_core(const char *fn, em_binary_op op, ew_kind k, const em_tensor *a,
                              const em_tensor *b, em_tensor *consumed, em_tensor **out) {
     em_status s;
     em_tensor *o = NULL, *ta = NULL, *tb = NULL;
-    int64_t shape[EM_MAX_RANK];
-    int rank = 0;
+    int64_t bshape[EM_MAX_RANK];
     EW_TRY(emi_check_tensor(fn, "a", a));
     EW_TRY(emi_check_tensor(fn, "b", b));
     EW_TRY(emi_check_out(fn, out));
     EW_TRY(emi_check_same_device(fn, a, b));
     EW_TRY(emi_check_same_dtype(fn, a, b));
     EW_TRY(ew_check_kind(fn, a, k));
-    EW_TRY(emi_broadcast_shapes(fn, a->v.shape, a->v.rank, b->v.shape, b->v.rank, shape,
-                                &rank));
+    /* Equal shapes (the common case) need no broadcasting: the result has a's shape. */
+    const bool same = emi_same_shape(a->v.shape, a->v.rank, b->v.shape, b->v.rank);
+    const int64_t *shape = a->v.shape;
+    int rank = a->v.rank;
+    if (!same) {
+        EW_TRY(emi_broadcast_shapes(fn, a->v.shape, a->v.rank, b->v.shape, b->v.rank, bshape,
+                                    &rank));
+        shape = bshape;
+    }
     const em_backend_ops *ops = a->st->ops;
     EW_TRY(emi_need(fn, ops, ops->binary != NULL, "binary"));
     const em_tensor *ins[2] = {a, b};
-    emi_ad_op ad;
-    EW_TRY(emi_ad_begin(fn, ins, 2, &ad));
+    /* Inputs outside autodiff record nothing: emi_ad_begin / emi_ad_end would only give the
+     * result a's device and no mark, which emi_empty already does. */
+    const bool plain = emi_plain(a) && emi_plain(b);
+    emi_ad_op ad = {false, EM_CKPT_NONE, a->dev};
+    if (!plain) EW_TRY(emi_ad_begin(fn, ins, 2, &ad));
     EW_TRY(ew_output(fn, consumed, &ad, emi_result_device(ins, 2),
                      binary_out_dtype(op, a->dtype), shape, rank, &o));
     if (emi_numel(shape, rank) > 0) {
-        em_view sa, sb;
-        const em_view *va, *vb;
-        EW_TRY(emi_operand(fn, a, shape, rank, &sa, &va, &ta));
-        EW_TRY(emi_operand(fn, b, shape, rank, &sb, &vb, &tb));
-        EW_TRY(ops->binary(a->st->ctx, op, &o->v, va, vb));
+        const em_view *va = &a->v, *vb = &b->v;
+        if (!same || !ew_direct(a) || !ew_direct(b)) {
+            em_view sa, sb;
+            EW_TRY(emi_operand(fn, a, shape, rank, &sa, &va, &ta));
+            EW_TRY(emi_operand(fn, b, shape, rank, &sb, &vb, &tb));
+            EW_TRY(ops->binary(a->st->ctx, op, &o->v, va, vb));
+        } else {
+            EW_TRY(ops->binary(a->st->ctx, op, &o->v, va, vb));
+        }
     }
-    EW_TRY(emi_ad_end(&ad, emi_rules_binary[op], ins, 2, o, &op, sizeof op));
+    if (!plain) EW_TRY(emi_ad_end(&ad, emi_rules_binary[op], ins, 2, o, &op, sizeof op));
 done:
-    em_tensor_release(ta);
-    em_tensor_release(tb);
+    if (ta) em_tensor_release(ta);
+    if (tb) em_tensor_release(tb);
     return ew_finish(s, consumed, o, out);
 }
 

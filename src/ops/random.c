@@ -15,15 +15,11 @@ static em_status rand_make(const char *fn, const int64_t *shape, int rank, em_dt
                            em_tensor **out) {
     int64_t numel;
     EMI_TRY(emi_check_shape(fn, shape, rank, &numel));
+    EMI_TRY(emi_check_device_value(fn, dev));
     const em_backend_ops *ops;
     void *ctx;
     em_status s = emi_backend(dev, &ops, &ctx);
-    if (s != EM_OK) {
-        char msg[400];
-        strncpy(msg, em_last_error(), sizeof msg - 1);
-        msg[sizeof msg - 1] = '\0';
-        return emi_fail(s, "%s: %s", fn, msg);
-    }
+    if (s != EM_OK) return emi_fail_prefixed(s, fn);
     if (numel > 0) EMI_TRY(emi_need(fn, ops, ops->random != NULL, "random"));
     em_tensor *t;
     EMI_TRY(emi_empty(fn, dev, dt, shape, rank, &t));
