@@ -24,7 +24,7 @@ size_t emi_utf8_seq(const uint8_t *p, size_t len, char *why, size_t cap) {
         return 0;
     }
     if (c >= 0xF8) {
-        if (why) snprintf(why, cap, "byte 0x%02x, which never appears in UTF-8", c);
+        if (why) snprintf(why, cap, "byte 0x%02x (never used in UTF-8)", c);
         return 0;
     }
     if (c < 0xE0) n = 2, cp = c & 0x1Fu;
