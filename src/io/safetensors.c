@@ -237,21 +237,21 @@ static em_status check_header_text(const st_ctx *ctx, const uint8_t *t, size_t l
         if (depth == 1 && is_key) role = "tensor name";
         else if (depth == 2 && in_meta && obj[2])
             role = is_key ? "__metadata__ key" : "__metadata__ value";
-        const char *problem = NULL;
+        enum { FINE, BAD_UTF8, NUL_ESCAPE, LONE_SURROGATE } problem = FINE;
         size_t at = 0;
-        while (i < len && t[i] != '"' && problem == NULL) {
+        while (i < len && t[i] != '"' && problem == FINE) {
             if (t[i] == '\\') {
                 unsigned u = 0, lo = 0;
                 if (i + 6 <= len && t[i + 1] == 'u' && hex4(t + i + 2, &u)) {
                     if (u == 0) {
-                        problem = "\\u0000 (a C string cannot hold U+0000)", at = i;
+                        problem = NUL_ESCAPE, at = i;
                     } else if (u >= 0xD800 && u <= 0xDBFF) {
                         if (i + 12 <= len && t[i + 6] == '\\' && t[i + 7] == 'u' &&
                             hex4(t + i + 8, &lo) && lo >= 0xDC00 && lo <= 0xDFFF)
-                            i += 12;
-                        else problem = "", at = i;
+                            i += 12; /* a surrogate pair: one character */
+                        else problem = LONE_SURROGATE, at = i;
                     } else if (u >= 0xDC00 && u <= 0xDFFF) {
-                        problem = "", at = i;
+                        problem = LONE_SURROGATE, at = i;
                     } else {
                         i += 6;
                     }
@@ -262,18 +262,18 @@ static em_status check_header_text(const st_ctx *ctx, const uint8_t *t, size_t l
                 i++;
             } else {
                 size_t n = emi_utf8_seq(t + i, len - i, why, sizeof why);
-                if (n == 0) problem = why, at = i;
+                if (n == 0) problem = BAD_UTF8, at = i;
                 i += n;
             }
         }
-        if (problem != NULL) {
+        if (problem != FINE) {
             show_literal(t, len, start, lit, sizeof lit);
-            if (problem == why)
+            if (problem == BAD_UTF8)
                 return ST_FAIL(ctx, "header is not valid UTF-8: %s at byte %zu of the header, "
                                "in the %s %s", why, at, role, lit);
-            if (problem[0] != '\0')
-                return ST_FAIL(ctx, "header has %s at byte %zu of the header, in the %s %s",
-                               problem, at, role, lit);
+            if (problem == NUL_ESCAPE)
+                return ST_FAIL(ctx, "header has \\u0000 (a C string cannot hold U+0000) at "
+                               "byte %zu of the header, in the %s %s", at, role, lit);
             return ST_FAIL(ctx, "header has a lone surrogate %.6s at byte %zu of the header (it "
                            "is no character, so has no UTF-8 form), in the %s %s",
                            (const char *)t + at, at, role, lit);
