@@ -140,7 +140,10 @@ typedef enum em_checkpointing {
     EM_CKPT_BALANCED  /* tracked; memory-bound intermediates recomputed in backward */
 } em_checkpointing;
 
-/** A device: a small value, compared with em_device_equal. */
+/** A device: a small value, compared with em_device_equal. Every call that takes one checks
+ *  its fields: a backend id outside em_backend, a negative index, a checkpointing value that
+ *  is not an em_checkpointing, or autodiff with EM_CKPT_NONE is EM_ERR_ARG naming the field
+ *  (a valid device that this build or machine lacks is EM_ERR_DEVICE). */
 typedef struct em_device {
     em_backend backend;
     int index;
@@ -215,7 +218,9 @@ em_status em_arange(double start, double stop, double step, em_dtype dt, em_devi
 /** Adds a reference. NULL is a no-op. */
 void em_tensor_retain(em_tensor *t);
 /** Drops a reference; the last one frees the tensor (and its buffer if no view shares it).
- *  NULL is a no-op. */
+ *  NULL is a no-op. Using a handle after its last release is a bug of the caller: while the
+ *  handle is not yet reused, calls refuse it with EM_ERR_ARG ("a released tensor"), and in
+ *  AddressSanitizer builds handles are never reused, so ASan reports the use. */
 void em_tensor_release(em_tensor *t);
 
 /* Metadata. Each takes a possibly NULL tensor: for NULL they return a zero value (0, NULL,
