@@ -7,9 +7,12 @@
  *   - every level compiled into the build and supported by this CPU gives the answers of the
  *     portable level, kernel by kernel (exp, sigmoid, add with broadcast, a comparison, sum,
  *     argmax, softmax, layer_norm, max and avg pooling, conv2d);
- *   - the OpenBLAS kernel warning (pre-AVX2 kernel on an AVX2 / AVX-512 CPU).
+ *   - the OpenBLAS kernel warning (pre-AVX2 kernel on an AVX2 / AVX-512 CPU);
+ *   - ops large enough to be split over the thread pool, from three threads at once (the
+ *     pool's busy fallback), for the ThreadSanitizer build.
  */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -263,12 +266,52 @@ static void blas_warning(void **state) {
     assert_true(cpu_blas_core_warning("Prescott", CPU_ISA_AVX2, NULL, 0));
 }
 
+/* ---- the pool from several threads ---- */
+
+enum { PN = 1 << 18 };
+
+static void *pool_user(void *arg) {
+    long bad = 0;
+    em_device dev;
+    if (em_device_parse("cpu", &dev) != EM_OK) return (void *)1L;
+    const int64_t shape[2] = {PN / 512, 512};
+    float *x = malloc(sizeof(float) * PN), *y = malloc(sizeof(float) * PN);
+    for (int i = 0; x && i < PN; i++) x[i] = (float)(i % 7) - 3.0f + (float)(intptr_t)arg;
+    for (int it = 0; x && y && it < 8 && !bad; it++) {
+        em_tensor *t = NULL, *u = NULL, *v = NULL, *w = NULL;
+        bad |= em_tensor_from_data(x, EM_F32, shape, 2, dev, &t) != EM_OK;
+        bad |= !bad && em_add(t, t, &u) != EM_OK;             /* split over the pool */
+        bad |= !bad && em_sum_dim(u, 0, false, &v) != EM_OK; /* columns, split */
+        bad |= !bad && em_softmax(u, 1, &w) != EM_OK;        /* rows, split */
+        bad |= !bad && em_tensor_to_data(u, y, sizeof(float) * PN) != EM_OK;
+        for (int i = 0; !bad && i < PN; i++) bad |= y[i] != 2 * x[i];
+        em_tensor_release(t), em_tensor_release(u), em_tensor_release(v), em_tensor_release(w);
+    }
+    free(x), free(y);
+    return (void *)bad;
+}
+
+static void pool_from_threads(void **state) {
+    (void)state;
+    pthread_t th[2];
+    for (intptr_t i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, pool_user, (void *)(i + 1)), 0);
+    void *mine = pool_user((void *)0);
+    for (int i = 0; i < 2; i++) {
+        void *r;
+        assert_int_equal(pthread_join(th[i], &r), 0);
+        assert_null(r);
+    }
+    assert_null(mine);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(choose_rule),
         cmocka_unit_test(process_level),
         cmocka_unit_test(levels_agree),
         cmocka_unit_test(blas_warning),
+        cmocka_unit_test(pool_from_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
