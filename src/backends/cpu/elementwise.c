@@ -1,9 +1,9 @@
 /* elementwise.c — the cpu backend's unary, binary and scalar kernels for f32 and f64.
  *
  * Fast paths: every operand contiguous (one flat loop), or binary operands that broadcast
- * along whole rows (the last dim has stride 1 or 0 in each operand). Loops are compiled for
- * AVX-512, AVX2 and a portable target, chosen at run time (target_clones), and split over the
- * thread pool. Other dtypes and layouts go to the ref kernels. */
+ * along whole rows (the last dim has stride 1 or 0 in each operand). The file is compiled
+ * once per instruction-set level (isa.h: portable, AVX2, AVX-512, one chosen at run time);
+ * loops are split over the thread pool. Other dtypes and layouts go to the ref kernels. */
 #include <math.h>
 
 #include "cpu.h"
