@@ -273,6 +273,339 @@ static void test_client_limit(void **state) {
     good_still_works();
 }
 
+
+/* ---- the kernel checks, in-process: rs_exec_kernel on the cpu backend, with buffers that are
+ * exact-size heap blocks (cpu buffers are host pointers), so that ASan sees any access outside
+ * them. Each case is what a hostile client sent; each must be refused before a kernel runs. */
+
+typedef struct xbufs {
+    void *p[4];
+    size_t n[4];
+} xbufs;
+
+static bool x_lookup(void *conn, uint64_t id, void **buf, size_t *bytes) {
+    xbufs *b = conn;
+    if (id < 1 || id > 4 || !b->p[id - 1]) return false;
+    *buf = b->p[id - 1];
+    *bytes = b->n[id - 1];
+    return true;
+}
+
+static xbufs xb;
+
+static void *x_buf(int id, size_t n, const void *init) {
+    xb.p[id - 1] = malloc(n ? n : 1);
+    xb.n[id - 1] = n;
+    if (init) memcpy(xb.p[id - 1], init, n);
+    else memset(xb.p[id - 1], 0, n);
+    return xb.p[id - 1];
+}
+
+static void x_free(void) {
+    for (int i = 0; i < 4; i++) free(xb.p[i]);
+    memset(&xb, 0, sizeof xb);
+}
+
+/* A contiguous view of buffer id. */
+static rw_view xv(uint64_t id, em_dtype dt, int rank, const int64_t *shape, int64_t offset) {
+    rw_view v = {0};
+    v.id = id;
+    v.dtype = dt;
+    v.rank = rank;
+    v.offset = offset;
+    int64_t st = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        v.shape[d] = shape[d];
+        v.strides[d] = st;
+        st *= shape[d];
+    }
+    return v;
+}
+
+static em_status x_exec(const rw_kernel *k, char *msg, size_t cap) {
+    const em_backend_ops *ops = em_backend_get(EM_BACKEND_CPU);
+    rs_host h = {ops, NULL, false, NULL};
+    assert_int_equal(ops->open(0, &h.ctx), EM_OK);
+    msg[0] = 0;
+    return rs_exec_kernel(&h, x_lookup, &xb, k, msg, cap);
+}
+
+/* Runs k, expects status want (any failure when want is -1) and, on failure, `has` in the
+ * message. */
+static void x_expect(const rw_kernel *k, int want, const char *has) {
+    char msg[600];
+    em_status s = x_exec(k, msg, sizeof msg);
+    if (want < 0 ? s == EM_OK : (int)s != want)
+        fail_msg("slot %s: status %s, wanted %s (%s)", rw_slots[k->slot].name, em_status_name(s),
+                 want < 0 ? "a failure" : em_status_name((em_status)want), msg);
+    if (s != EM_OK && has && !strstr(msg, has)) fail_msg("message \"%s\" lacks \"%s\"", msg, has);
+}
+
+static rw_kernel x_kernel(rw_slot slot, int sub, int nviews) {
+    rw_kernel k;
+    memset(&k, 0, sizeof k);
+    k.slot = slot;
+    k.sub = sub;
+    k.mask = (uint8_t)((1u << nviews) - 1);
+    return k;
+}
+
+/* scatter_add with out = index = buffer 1 [1, 0], src [4096, 7]: the first add turns index[1]
+ * into 4096 + ..., and the second lands 32 KiB past the 16-byte buffer. */
+static void test_alias_scatter_add(void **state) {
+    (void)state;
+    const int64_t ix[2] = {1, 0}, src[2] = {4096, 7}, two = 2;
+    x_buf(1, 16, ix);
+    x_buf(2, 16, src);
+    rw_kernel k = x_kernel(RW_K_SCATTER_ADD, 0, 3);
+    k.views[0] = xv(1, EM_I64, 1, &two, 0); /* out */
+    k.views[1] = xv(1, EM_I64, 1, &two, 0); /* index: the same bytes */
+    k.views[2] = xv(2, EM_I64, 1, &two, 0);
+    x_expect(&k, EM_ERR_ARG, "overlaps");
+    /* out overlapping the index by one element only */
+    x_free();
+    const int64_t ix3[3] = {0, 0, 0};
+    x_buf(1, 24, ix3);
+    x_buf(2, 16, src);
+    k.views[0] = xv(1, EM_I64, 1, &two, 1);
+    k.views[1] = xv(1, EM_I64, 1, &two, 0);
+    x_expect(&k, EM_ERR_ARG, "overlaps");
+    /* out overlapping src */
+    k.views[0] = xv(2, EM_I64, 1, &two, 0);
+    k.views[1] = xv(1, EM_I64, 1, &two, 0);
+    k.views[2] = xv(2, EM_I64, 1, &two, 0);
+    x_expect(&k, EM_ERR_ARG, "overlaps");
+    x_free();
+}
+
+/* gather whose contiguous out is written over a flipped index: out[0] lands on index[1], which
+ * the kernel reads next. */
+static void test_alias_gather(void **state) {
+    (void)state;
+    const int64_t ix[2] = {0, 0}, in[2] = {1 << 20, 1 << 20}, two = 2;
+    x_buf(1, 16, ix);
+    x_buf(2, 16, in);
+    rw_kernel k = x_kernel(RW_K_GATHER, 0, 3);
+    k.views[0] = xv(1, EM_I64, 1, &two, 0);
+    k.views[1] = xv(2, EM_I64, 1, &two, 0);
+    k.views[2] = xv(1, EM_I64, 1, &two, 1);
+    k.views[2].strides[0] = -1;
+    x_expect(&k, EM_ERR_ARG, "overlaps");
+    /* index_select the same way */
+    k = x_kernel(RW_K_INDEX_SELECT, 0, 3);
+    k.views[0] = xv(1, EM_I64, 1, &two, 0);
+    k.views[1] = xv(2, EM_I64, 1, &two, 0);
+    k.views[2] = xv(1, EM_I64, 1, &two, 1);
+    k.views[2].strides[0] = -1;
+    x_expect(&k, EM_ERR_ARG, "overlaps");
+    /* sort's two outputs in one place, and an output over its input */
+    const int64_t four = 4;
+    x_free();
+    x_buf(1, 64, NULL);
+    x_buf(2, 32, NULL);
+    k = x_kernel(RW_K_SORT, 0, 3);
+    k.views[0] = xv(1, EM_I64, 1, &four, 0);
+    k.views[1] = xv(1, EM_I64, 1, &four, 2);
+    k.views[2] = xv(2, EM_I64, 1, &four, 0);
+    x_expect(&k, EM_ERR_ARG, "overlaps");
+    k.views[1] = xv(2, EM_I64, 1, &four, 0);
+    x_expect(&k, EM_ERR_ARG, "overlaps");
+    /* matmul writing over an input */
+    const int64_t sq[2] = {2, 2};
+    k = x_kernel(RW_K_MATMUL, 0, 3);
+    k.views[0] = xv(1, EM_F32, 2, sq, 0);
+    k.views[1] = xv(1, EM_F32, 2, sq, 0);
+    k.views[2] = xv(2, EM_F32, 2, sq, 0);
+    x_expect(&k, EM_ERR_ARG, "overlaps");
+    /* elementwise in place (out exactly an input) is how the core writes `_` ops: allowed */
+    k = x_kernel(RW_K_BINARY, EM_BIN_ADD, 3);
+    k.views[0] = xv(1, EM_F32, 1, &four, 0);
+    k.views[1] = xv(1, EM_F32, 1, &four, 0);
+    k.views[2] = xv(2, EM_F32, 1, &four, 0);
+    x_expect(&k, EM_OK, NULL);
+    /* ... but not shifted by one element */
+    k.views[1] = xv(1, EM_F32, 1, &four, 1);
+    x_expect(&k, EM_ERR_ARG, "overlaps");
+    x_free();
+}
+
+/* Output dtypes and kinds against the inputs, for every slot that has a relation. */
+static void test_dtypes(void **state) {
+    (void)state;
+    const int64_t sq[2] = {2, 2}, four = 4;
+    x_buf(1, 256, NULL);
+    x_buf(2, 256, NULL);
+    x_buf(3, 256, NULL);
+    x_buf(4, 256, NULL);
+    /* matmul of u8 inputs into an f64 output (OpenBLAS read 8 bytes an element) */
+    x_free();
+    x_buf(1, 32, NULL);
+    x_buf(2, 4, NULL);
+    x_buf(3, 4, NULL);
+    rw_kernel k = x_kernel(RW_K_MATMUL, 0, 3);
+    k.views[0] = xv(1, EM_F64, 2, sq, 0);
+    k.views[1] = xv(2, EM_U8, 2, sq, 0);
+    k.views[2] = xv(3, EM_U8, 2, sq, 0);
+    x_expect(&k, EM_ERR_DTYPE, NULL);
+    /* conv2d of an i8 x into an f32 output */
+    x_free();
+    const int64_t xs[4] = {1, 1, 4, 4}, ws[4] = {1, 1, 3, 3}, os[4] = {1, 1, 2, 2};
+    x_buf(1, 16, NULL);
+    x_buf(2, 16, NULL);
+    x_buf(3, 36, NULL);
+    k = x_kernel(RW_K_CONV2D, 0, 3);
+    k.views[0] = xv(1, EM_F32, 4, os, 0);
+    k.views[1] = xv(2, EM_I8, 4, xs, 0);
+    k.views[2] = xv(3, EM_F32, 4, ws, 0);
+    const int64_t conv[9] = {1, 1, 0, 0, 1, 1, 0, 0, 1};
+    memcpy(k.ints, conv, sizeof conv);
+    x_expect(&k, EM_ERR_DTYPE, NULL);
+    /* float-only ops on ints: pow, exp, softmax, mean; logical ops on non-bool */
+    x_free();
+    for (int i = 1; i <= 4; i++) x_buf(i, 64, NULL);
+    k = x_kernel(RW_K_BINARY, EM_BIN_POW, 3);
+    for (int i = 0; i < 3; i++) k.views[i] = xv((uint64_t)i + 1, EM_I64, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, "float");
+    k = x_kernel(RW_K_BINARY_SCALAR, EM_BIN_POW, 2);
+    for (int i = 0; i < 2; i++) k.views[i] = xv((uint64_t)i + 1, EM_I32, 1, &four, 0);
+    k.doubles[0] = 1e300;
+    x_expect(&k, EM_ERR_DTYPE, "float");
+    k = x_kernel(RW_K_UNARY, EM_UN_EXP, 2);
+    for (int i = 0; i < 2; i++) k.views[i] = xv((uint64_t)i + 1, EM_I64, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, "float");
+    k = x_kernel(RW_K_SOFTMAX, 0, 2);
+    for (int i = 0; i < 2; i++) k.views[i] = xv((uint64_t)i + 1, EM_I64, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, "float");
+    k = x_kernel(RW_K_REDUCE, EM_RED_MEAN, 2);
+    k.views[0] = xv(1, EM_I64, 0, NULL, 0);
+    k.views[1] = xv(2, EM_I64, 1, &four, 0);
+    k.ints[0] = -1;
+    x_expect(&k, EM_ERR_DTYPE, "float");
+    k = x_kernel(RW_K_BINARY, EM_BIN_AND, 3);
+    for (int i = 0; i < 3; i++) k.views[i] = xv((uint64_t)i + 1, EM_F32, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, "bool");
+    /* outputs of the wrong dtype: unary f32 -> f64, comparison into f32, argmax into f32,
+     * int sum into i32, where's cond not bool, sort's indices i32, gather into another dtype */
+    k = x_kernel(RW_K_UNARY, EM_UN_NEG, 2);
+    k.views[0] = xv(1, EM_F64, 1, &four, 0);
+    k.views[1] = xv(2, EM_F32, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, NULL);
+    k = x_kernel(RW_K_BINARY, EM_BIN_LT, 3);
+    for (int i = 0; i < 3; i++) k.views[i] = xv((uint64_t)i + 1, EM_F32, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, "bool");
+    k.views[0].dtype = EM_BOOL;
+    x_expect(&k, EM_OK, NULL);
+    k = x_kernel(RW_K_REDUCE, EM_RED_ARGMAX, 2);
+    k.views[0] = xv(1, EM_F32, 0, NULL, 0);
+    k.views[1] = xv(2, EM_F32, 1, &four, 0);
+    k.ints[0] = -1;
+    x_expect(&k, EM_ERR_DTYPE, "i64");
+    k = x_kernel(RW_K_REDUCE, EM_RED_SUM, 2);
+    k.views[0] = xv(1, EM_I32, 0, NULL, 0);
+    k.views[1] = xv(2, EM_I32, 1, &four, 0);
+    k.ints[0] = -1;
+    x_expect(&k, EM_ERR_DTYPE, "i64");
+    k = x_kernel(RW_K_WHERE, 0, 4);
+    for (int i = 0; i < 4; i++) k.views[i] = xv((uint64_t)i + 1, EM_F32, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, "bool");
+    k = x_kernel(RW_K_SORT, 0, 3);
+    k.views[0] = xv(1, EM_F32, 1, &four, 0);
+    k.views[1] = xv(2, EM_I32, 1, &four, 0);
+    k.views[2] = xv(3, EM_F32, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, "i64");
+    k = x_kernel(RW_K_GATHER, 0, 3);
+    k.views[0] = xv(1, EM_F64, 1, &four, 0);
+    k.views[1] = xv(2, EM_F32, 1, &four, 0);
+    k.views[2] = xv(3, EM_I64, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, NULL);
+    k = x_kernel(RW_K_RANDOM, EM_RAND_NORMAL, 1);
+    k.views[0] = xv(1, EM_I32, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, "float");
+    k = x_kernel(RW_K_ARANGE, 0, 1);
+    k.views[0] = xv(1, EM_BOOL, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, NULL);
+    x_free();
+}
+
+/* Views, empty ones too, inside their buffers with no overflow; outputs contiguous. */
+static void test_views(void **state) {
+    (void)state;
+    const int64_t four = 4, zero = 0, sq[2] = {2, 2};
+    x_buf(1, 16, NULL);
+    x_buf(2, 16, NULL);
+    x_buf(3, 16, NULL);
+    /* an empty input far past its buffer, with an offset near 2^62 */
+    rw_kernel k = x_kernel(RW_K_MATMUL, 0, 3);
+    const int64_t a0[2] = {2, 0};
+    k.views[0] = xv(1, EM_F32, 2, sq, 0);
+    k.views[1] = xv(2, EM_F32, 2, a0, (int64_t)1 << 62);
+    k.views[2] = xv(3, EM_F32, 2, (const int64_t[]){0, 2}, 0);
+    x_expect(&k, EM_ERR_ARG, "outside");
+    /* an empty view whose strides overflow */
+    k = x_kernel(RW_K_UNARY, EM_UN_NEG, 2);
+    k.views[0] = xv(1, EM_F32, 2, (const int64_t[]){0, 3}, 0);
+    k.views[1] = xv(2, EM_F32, 2, (const int64_t[]){0, 3}, 0);
+    k.views[1].strides[1] = INT64_MAX / 2;
+    x_expect(&k, EM_ERR_ARG, NULL);
+    /* an empty output at the buffer's end is fine (nothing runs), one past it is not */
+    k.views[0] = xv(1, EM_F32, 1, &zero, 4);
+    k.views[1] = xv(2, EM_F32, 1, &zero, 4);
+    x_expect(&k, EM_OK, NULL);
+    k.views[0].offset = 5;
+    x_expect(&k, EM_ERR_ARG, "outside");
+    /* a negative offset, an offset whose byte position overflows */
+    k.views[0] = xv(1, EM_F32, 1, &four, -1);
+    k.views[1] = xv(2, EM_F32, 1, &four, 0);
+    x_expect(&k, EM_ERR_ARG, "outside");
+    k.views[0].offset = INT64_MAX / 2;
+    x_expect(&k, EM_ERR_ARG, "outside");
+    /* a non-contiguous output (stride 0: four results into one element) */
+    k.views[0] = xv(1, EM_F32, 1, &four, 0);
+    k.views[0].strides[0] = 0;
+    x_expect(&k, EM_ERR_ARG, "contiguous");
+    k.views[0].strides[0] = -1;
+    k.views[0].offset = 3;
+    x_expect(&k, EM_ERR_ARG, "contiguous");
+    /* ... except copy's, which may be any view */
+    k = x_kernel(RW_K_COPY, 0, 2);
+    k.views[0] = xv(1, EM_F32, 1, &four, 3);
+    k.views[0].strides[0] = -1;
+    k.views[1] = xv(2, EM_F32, 1, &four, 0);
+    x_expect(&k, EM_OK, NULL);
+    /* max over an empty dim has no identity */
+    k = x_kernel(RW_K_REDUCE, EM_RED_MAX, 2);
+    k.views[0] = xv(1, EM_F32, 2, (const int64_t[]){2, 1}, 0);
+    k.views[1] = xv(2, EM_F32, 2, (const int64_t[]){2, 0}, 0);
+    k.ints[0] = 1;
+    x_expect(&k, EM_ERR_SHAPE, NULL);
+    x_free();
+    /* conv2d whose output is larger than the input and kernel allow (im2col past x) */
+    const int64_t xs[4] = {1, 1, 4, 4}, ws[4] = {1, 1, 3, 3}, os[4] = {1, 1, 8, 8};
+    x_buf(1, 256, NULL);
+    x_buf(2, 64, NULL);
+    x_buf(3, 36, NULL);
+    k = x_kernel(RW_K_CONV2D, 0, 3);
+    k.views[0] = xv(1, EM_F32, 4, os, 0);
+    k.views[1] = xv(2, EM_F32, 4, xs, 0);
+    k.views[2] = xv(3, EM_F32, 4, ws, 0);
+    const int64_t conv[9] = {1, 1, 0, 0, 1, 1, 0, 0, 1};
+    memcpy(k.ints, conv, sizeof conv);
+    x_expect(&k, EM_ERR_SHAPE, NULL);
+    k.views[0].shape[2] = k.views[0].shape[3] = 2;
+    k.views[0].strides[0] = k.views[0].strides[1] = 4;
+    k.views[0].strides[2] = 2;
+    x_expect(&k, EM_OK, NULL);
+    /* max_pool2d's output larger than the windows allow */
+    k = x_kernel(RW_K_MAX_POOL2D, 0, 3);
+    k.mask = 5; /* no indices */
+    k.views[0] = xv(1, EM_F32, 4, (const int64_t[]){1, 1, 4, 4}, 0);
+    k.views[2] = xv(2, EM_F32, 4, xs, 0);
+    const int64_t pool[9] = {2, 2, 2, 2, 0, 0, 1, 1, 0};
+    memcpy(k.ints, pool, sizeof pool);
+    x_expect(&k, EM_ERR_SHAPE, NULL);
+    x_free();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_before_auth),
@@ -280,7 +613,13 @@ int main(void) {
         cmocka_unit_test(test_gone_mid_write),
         cmocka_unit_test(test_random_frames),
         cmocka_unit_test(test_client_limit),
+        cmocka_unit_test(test_alias_scatter_add),
+        cmocka_unit_test(test_alias_gather),
+        cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_views),
     };
+    const char *only = getenv("EMBER_TEST_FILTER"); /* e.g. "test_alias*" */
+    if (only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, setup, teardown);
 }
 #else

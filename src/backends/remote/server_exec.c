@@ -33,15 +33,6 @@ static em_status rs_bad(rs_ctx *c, em_status s, const char *fmt, ...) {
     return s;
 }
 
-static int64_t rs_numel(const rw_view *v) {
-    int64_t n = 1;
-    for (int d = 0; d < v->rank; d++) {
-        if (v->shape[d] == 0) return 0;
-        if (__builtin_mul_overflow(n, v->shape[d], &n)) return -1;
-    }
-    return n;
-}
-
 /* The lowest and highest element a non-empty view touches; false on overflow. */
 static bool rs_extent(const rw_view *v, int64_t *lo, int64_t *hi) {
     int64_t a = v->offset, b = v->offset;
@@ -56,23 +47,184 @@ static bool rs_extent(const rw_view *v, int64_t *lo, int64_t *hi) {
     return true;
 }
 
-/* Resolves view i of k into an em_view on the hosted device, checking its bounds. */
-static em_status rs_view(rs_ctx *c, const rw_view *w, int i, em_view *out, size_t *buf_bytes) {
+/* ---- the rules: one row a slot (docs/remote-protocol.md, "What the server checks") ----
+ *
+ * The core guarantees a local backend's kernels a set of invariants (include/ember/backend.h:
+ * "a kernel is only ever called with valid arguments"); a client's core is not trusted to
+ * have kept them, so the server re-checks each one here, in this order:
+ *   1. every view names a buffer of the connection; every element a non-empty view reaches,
+ *      and the offset of an empty one, lies inside the buffer; no offset or extent overflows;
+ *   2. kinds and dtypes: the kind each view needs (float-only ops refuse ints), and each
+ *      view's dtype against the slot's reference input (outputs included);
+ *   3. outputs are contiguous (copy's may be any view), lie apart from each other and from
+ *      every input and index, except an elementwise slot's output that is exactly one of its
+ *      inputs (the core's in-place `_` ops);
+ *   4. the shapes and arguments the kernel indexes by (rs_check below);
+ *   5. index values in range (read after 3, so that no output of the kernel can change them);
+ *   6. when the slot's primary output (or scatter_add's index) is empty, nothing runs, as the
+ *      core never calls a kernel there; inputs that must be contiguous are copied first. */
+
+enum { V_NONE, V_OUT, V_INOUT, V_IN, V_INDEX }; /* a view's role */
+enum { K_ANY, K_FLOAT, K_NUMERIC, K_BOOL, K_IDX };      /* the kind a view needs */
+enum { D_ANY, D_REF, D_I64, D_BOOL, D_WIDE };           /* its dtype against the reference */
+
+typedef struct rs_rule {
+    uint8_t role[RW_MAX_VIEWS];
+    uint8_t kind[RW_MAX_VIEWS];
+    uint8_t dt[RW_MAX_VIEWS];
+    int8_t ref;        /* the view whose dtype D_REF / D_WIDE views follow */
+    int8_t primary;    /* nothing runs when this view is empty */
+    bool in_place;     /* elementwise: an output may be exactly one of the inputs */
+    bool strided_out;  /* copy: the output may be any view */
+    bool contig_in;    /* inputs contiguous whatever the backend's caps (layer_norm) */
+} rs_rule;
+
+#define O V_OUT
+#define I V_IN
+#define X V_INDEX
+static const rs_rule rs_rules[RW_K_COUNT] = {
+    [RW_K_FILL] = {{O}, {K_ANY}, {D_ANY}, 0, 0, false, false, false},
+    [RW_K_ARANGE] = {{O}, {K_NUMERIC}, {D_ANY}, 0, 0, false, false, false},
+    [RW_K_RANDOM] = {{O}, {K_ANY}, {D_ANY}, 0, 0, false, false, false}, /* float: by op */
+    [RW_K_COPY] = {{O, I}, {K_ANY, K_ANY}, {D_ANY, D_ANY}, 1, 0, true, true, false},
+    [RW_K_UNARY] = {{O, I}, {K_ANY, K_ANY}, {D_REF, D_REF}, 1, 0, true, false, false},
+    [RW_K_BINARY] = {{O, I, I}, {K_ANY, K_ANY, K_ANY}, {D_REF, D_REF, D_REF}, 1, 0, true, false, false},
+    [RW_K_BINARY_SCALAR] = {{O, I}, {K_ANY, K_ANY}, {D_REF, D_REF}, 1, 0, true, false, false},
+    [RW_K_WHERE] = {{O, I, I, I}, {K_ANY, K_BOOL, K_ANY, K_ANY}, {D_REF, D_BOOL, D_REF, D_REF}, 2, 0,
+                    true, false, false},
+    [RW_K_REDUCE] = {{O, I}, {K_ANY, K_NUMERIC}, {D_REF, D_REF}, 1, 0, false, false, false},
+    [RW_K_CUMSUM] = {{O, I}, {K_ANY, K_NUMERIC}, {D_WIDE, D_REF}, 1, 0, false, false, false},
+    [RW_K_SOFTMAX] = {{O, I}, {K_ANY, K_FLOAT}, {D_REF, D_REF}, 1, 0, false, false, false},
+    [RW_K_MATMUL] = {{O, I, I}, {K_ANY, K_NUMERIC, K_NUMERIC}, {D_REF, D_REF, D_REF}, 1, 0, false,
+                     false, false},
+    [RW_K_GATHER] = {{O, I, X}, {K_ANY, K_ANY, K_IDX}, {D_REF, D_REF, D_ANY}, 1, 0, false, false, false},
+    [RW_K_SCATTER_ADD] = {{V_INOUT, X, I}, {K_NUMERIC, K_IDX, K_NUMERIC}, {D_REF, D_ANY, D_REF}, 0, 1,
+                          false, false, false},
+    [RW_K_INDEX_SELECT] = {{O, I, X}, {K_ANY, K_ANY, K_IDX}, {D_REF, D_REF, D_ANY}, 1, 0, false, false,
+                           false},
+    [RW_K_SORT] = {{O, O, I}, {K_ANY, K_ANY, K_ANY}, {D_REF, D_I64, D_REF}, 2, 2, false, false, false},
+    [RW_K_CONV2D] = {{O, I, I, I}, {K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT}, {D_REF, D_REF, D_REF, D_REF},
+                     1, 0, false, false, false},
+    [RW_K_CONV_TRANSPOSE2D] = {{O, I, I, I}, {K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT},
+                               {D_REF, D_REF, D_REF, D_REF}, 1, 0, false, false, false},
+    [RW_K_MAX_POOL2D] = {{O, O, I}, {K_FLOAT, K_ANY, K_FLOAT}, {D_REF, D_I64, D_REF}, 2, 0, false,
+                         false, false},
+    [RW_K_AVG_POOL2D] = {{O, I}, {K_FLOAT, K_FLOAT}, {D_REF, D_REF}, 1, 0, false, false, false},
+    [RW_K_ADAPTIVE_AVG_POOL2D] = {{O, I}, {K_FLOAT, K_FLOAT}, {D_REF, D_REF}, 1, 0, false, false,
+                                  false},
+    [RW_K_CONV2D_WEIGHT_GRAD] = {{O, I, I}, {K_FLOAT, K_FLOAT, K_FLOAT}, {D_REF, D_REF, D_REF}, 1, 0,
+                                 false, false, false},
+    [RW_K_AVG_POOL2D_BACKWARD] = {{O, I}, {K_FLOAT, K_FLOAT}, {D_REF, D_REF}, 1, 0, false, false,
+                                  false},
+    [RW_K_ADAPTIVE_AVG_POOL2D_BACKWARD] = {{O, I}, {K_FLOAT, K_FLOAT}, {D_REF, D_REF}, 1, 0, false,
+                                           false, false},
+    [RW_K_LAYER_NORM] = {{O, I, I, I}, {K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT},
+                         {D_REF, D_REF, D_REF, D_REF}, 1, 0, false, false, true},
+};
+#undef O
+#undef I
+#undef X
+
+/* The kinds the op-carrying slots need, by op (src/ops/unary.c, binary.c, compare.c). */
+static uint8_t rs_unary_kind(int op) {
+    switch (op) {
+    case EM_UN_NEG: case EM_UN_ABS: case EM_UN_RELU: case EM_UN_SIGN: case EM_UN_FLOOR:
+    case EM_UN_CEIL: case EM_UN_ROUND: case EM_UN_CLAMP: return K_NUMERIC;
+    case EM_UN_LOGICAL_NOT: return K_BOOL;
+    default: return K_FLOAT;
+    }
+}
+
+static uint8_t rs_binary_kind(int op) {
+    switch (op) {
+    case EM_BIN_POW: return K_FLOAT;
+    case EM_BIN_EQ: case EM_BIN_NE: return K_ANY;
+    case EM_BIN_AND: case EM_BIN_OR: return K_BOOL;
+    default: return K_NUMERIC;
+    }
+}
+
+/* The slot's row with its op's kinds and output dtype filled in. */
+static rs_rule rs_rule_of(const rw_kernel *k) {
+    rs_rule r = rs_rules[k->slot];
+    switch (k->slot) {
+    case RW_K_RANDOM: /* uniform and normal make floats; bernoulli any dtype */
+        r.kind[0] = k->sub == EM_RAND_BERNOULLI ? K_ANY : K_FLOAT;
+        break;
+    case RW_K_UNARY: r.kind[1] = rs_unary_kind(k->sub); break;
+    case RW_K_BINARY: case RW_K_BINARY_SCALAR:
+        r.kind[1] = rs_binary_kind(k->sub);
+        if (k->slot == RW_K_BINARY) r.kind[2] = r.kind[1];
+        if (k->sub >= EM_BIN_EQ) r.dt[0] = D_BOOL; /* comparisons and logical ops */
+        break;
+    case RW_K_REDUCE:
+        if (k->sub == EM_RED_MEAN || k->sub == EM_RED_VAR || k->sub == EM_RED_LOGSUMEXP)
+            r.kind[1] = K_FLOAT;
+        if (k->sub == EM_RED_ARGMAX || k->sub == EM_RED_ARGMIN) r.dt[0] = D_I64;
+        if (k->sub == EM_RED_SUM || k->sub == EM_RED_PROD) r.dt[0] = D_WIDE;
+        break;
+    default: break;
+    }
+    return r;
+}
+
+static bool rs_kind_ok(uint8_t kind, em_dtype dt) {
+    em_kind k = em_dtype_kind(dt);
+    switch (kind) {
+    case K_FLOAT: return k == EM_KIND_FLOAT;
+    case K_NUMERIC: return k == EM_KIND_FLOAT || k == EM_KIND_INT;
+    case K_BOOL: return k == EM_KIND_BOOL;
+    case K_IDX: return dt == EM_I64 || dt == EM_I32;
+    default: return k != EM_KIND_QUANTIZED;
+    }
+}
+
+static const char *rs_kind_name(uint8_t kind) {
+    static const char *n[] = {"non-quantized", "float", "float or int", "bool", "i64 or i32"};
+    return n[kind];
+}
+
+/* The lowest and highest element of a view's hull (its dims of size 0 taken as 1) and its
+ * element count; false when any of them, or their byte positions, overflow. */
+static bool rs_hull(const rw_view *v, int64_t *lo, int64_t *hi, int64_t *numel) {
+    int64_t a = v->offset, b = v->offset, n = 1, e;
+    size_t es = em_dtype_size(v->dtype);
+    for (int d = 0; d < v->rank; d++) {
+        if (v->shape[d] == 0) n = 0;
+        if (v->shape[d] <= 1) continue;
+        if (n && __builtin_mul_overflow(n, v->shape[d], &n)) return false;
+        if (__builtin_mul_overflow(v->shape[d] - 1, v->strides[d], &e)) return false;
+        if (e < 0 ? __builtin_add_overflow(a, e, &a) : __builtin_add_overflow(b, e, &b))
+            return false;
+    }
+    if (__builtin_mul_overflow(a, (int64_t)es, &e) || __builtin_add_overflow(b, 1, &e) ||
+        __builtin_mul_overflow(e, (int64_t)es, &e))
+        return false;
+    *lo = a;
+    *hi = b;
+    *numel = n;
+    return true;
+}
+
+/* Resolves view i of k into an em_view on the hosted device, checking its bounds: a non-empty
+ * view's every element inside the buffer, an empty one's offset at most the buffer's end.
+ * *blo / *bhi: the bytes the view may touch ([0, 0) when empty). */
+static em_status rs_view(rs_ctx *c, const rw_view *w, int i, em_view *out, int64_t *blo,
+                         int64_t *bhi) {
     void *buf;
     size_t bytes;
     if (!c->lookup(c->conn, w->id, &buf, &bytes))
         return rs_bad(c, EM_ERR_ARG, "view %d names buffer %llu, which does not exist", i,
                       (unsigned long long)w->id);
-    int64_t n = rs_numel(w), lo, hi;
-    if (n < 0) return rs_bad(c, EM_ERR_SHAPE, "view %d: shape overflows", i);
-    if (n > 0) {
-        size_t es = em_dtype_size(w->dtype);
-        int64_t end;
-        if (!rs_extent(w, &lo, &hi) || lo < 0 || __builtin_add_overflow(hi, 1, &end) ||
-            __builtin_mul_overflow(end, (int64_t)es, &end) || (uint64_t)end > bytes)
-            return rs_bad(c, EM_ERR_ARG, "view %d reaches outside buffer %llu (%zu bytes)", i,
-                          (unsigned long long)w->id, bytes);
-    }
+    int64_t lo, hi, n, es = (int64_t)em_dtype_size(w->dtype);
+    if (!rs_hull(w, &lo, &hi, &n))
+        return rs_bad(c, EM_ERR_ARG, "view %d reaches outside buffer %llu (its extent overflows)",
+                      i, (unsigned long long)w->id);
+    bool inside = n > 0 ? lo >= 0 && (uint64_t)((hi + 1) * es) <= bytes
+                        : w->offset >= 0 && w->offset <= (int64_t)(bytes / (size_t)es);
+    if (!inside)
+        return rs_bad(c, EM_ERR_ARG, "view %d reaches outside buffer %llu (%zu bytes)", i,
+                      (unsigned long long)w->id, bytes);
     memset(out, 0, sizeof *out);
     out->buf = buf;
     out->dtype = w->dtype;
@@ -82,7 +234,62 @@ static em_status rs_view(rs_ctx *c, const rw_view *w, int i, em_view *out, size_
         out->shape[d] = w->shape[d];
         out->strides[d] = w->strides[d];
     }
-    if (buf_bytes) *buf_bytes = bytes;
+    *blo = n > 0 ? lo * es : 0;
+    *bhi = n > 0 ? (hi + 1) * es : 0;
+    return EM_OK;
+}
+
+static bool rs_same_view(const em_view *a, const em_view *b) {
+    if (a->buf != b->buf || a->dtype != b->dtype || a->rank != b->rank || a->offset != b->offset)
+        return false;
+    for (int d = 0; d < a->rank; d++)
+        if (a->shape[d] != b->shape[d] || (a->shape[d] > 1 && a->strides[d] != b->strides[d]))
+            return false;
+    return true;
+}
+
+
+static bool rs_contiguous(const em_view *v);
+static int64_t rs_numel_v(const em_view *v);
+
+/* Rule 2 of the table for kernel k's views v (NULL: absent). */
+static em_status rs_check_dtypes(rs_ctx *c, const rs_rule *r, em_view *v[RW_MAX_VIEWS]) {
+    const em_view *ref = v[r->ref];
+    for (int i = 0; i < RW_MAX_VIEWS; i++) {
+        if (!v[i]) continue;
+        em_dtype dt = v[i]->dtype;
+        if (!rs_kind_ok(r->kind[i], dt))
+            return rs_bad(c, EM_ERR_DTYPE, "view %d: expected a %s tensor, got %s", i,
+                          rs_kind_name(r->kind[i]), em_dtype_name(dt));
+        em_dtype want = dt;
+        switch (r->dt[i]) {
+        case D_REF: want = ref->dtype; break;
+        case D_I64: want = EM_I64; break;
+        case D_BOOL: want = EM_BOOL; break;
+        case D_WIDE: want = em_dtype_kind(ref->dtype) == EM_KIND_INT ? EM_I64 : ref->dtype; break;
+        default: break;
+        }
+        if (dt != want)
+            return rs_bad(c, EM_ERR_DTYPE, "view %d is %s where %s is expected (view %d is %s)", i,
+                          em_dtype_name(dt), em_dtype_name(want), r->ref, em_dtype_name(ref->dtype));
+    }
+    return EM_OK;
+}
+
+/* Rule 3: outputs contiguous and apart from every other view. */
+static em_status rs_check_outputs(rs_ctx *c, const rs_rule *r, em_view *v[RW_MAX_VIEWS],
+                                  const int64_t blo[RW_MAX_VIEWS], const int64_t bhi[RW_MAX_VIEWS]) {
+    for (int i = 0; i < RW_MAX_VIEWS; i++) {
+        if (!v[i] || (r->role[i] != V_OUT && r->role[i] != V_INOUT)) continue;
+        if (!r->strided_out && rs_numel_v(v[i]) > 0 && !rs_contiguous(v[i]))
+            return rs_bad(c, EM_ERR_ARG, "output view %d is not contiguous", i);
+        for (int j = 0; j < RW_MAX_VIEWS; j++) {
+            if (j == i || !v[j] || v[j]->buf != v[i]->buf) continue;
+            if (bhi[i] <= blo[j] || bhi[j] <= blo[i]) continue; /* apart (or one is empty) */
+            if (r->in_place && r->role[j] == V_IN && rs_same_view(v[i], v[j])) continue;
+            return rs_bad(c, EM_ERR_ARG, "output view %d overlaps view %d in buffer", i, j);
+        }
+    }
     return EM_OK;
 }
 
@@ -110,7 +317,7 @@ static int64_t rs_numel_v(const em_view *v) {
 
 /* Every index of `ix` (an I64 or I32 view) is in [0, limit). Reads the view's elements
  * through the hosted backend when its memory is not host memory. */
-static em_status rs_check_indices(rs_ctx *c, const em_view *ix, int64_t limit, size_t bytes) {
+static em_status rs_check_indices(rs_ctx *c, const em_view *ix, int64_t limit) {
     if (ix->dtype != EM_I64 && ix->dtype != EM_I32)
         return rs_bad(c, EM_ERR_DTYPE, "index view is %s, not i64 or i32", em_dtype_name(ix->dtype));
     int64_t n = rs_numel_v(ix);
@@ -138,7 +345,6 @@ static em_status rs_check_indices(rs_ctx *c, const em_view *ix, int64_t limit, s
         }
         base = tmp;
     }
-    (void)bytes;
     int64_t idx[RW_MAX_RANK] = {0};
     em_status s = EM_OK;
     for (int64_t i = 0; i < n && s == EM_OK; i++) {
@@ -203,21 +409,68 @@ static bool rs_float(em_dtype dt) {
 static bool rs_rank4(const em_view *v) { return v && v->rank == 4; }
 
 /* Conv layouts: x [N, C, H, W]; for conv2d (and its weight gradient) w [O, C/g, KH, KW] and
- * y [N, O, ...]; for conv_transpose2d w [C, O/g, KH, KW]. */
+ * y [N, O, OH, OW]; for conv_transpose2d w [C, O/g, KH, KW]. The output's spatial size must be
+ * the one the core computes (src/ops/conv.c: conv_shape), and x and w have no empty non-batch
+ * dims; every step is overflow-checked. */
 static em_status rs_conv_shapes(rs_ctx *c, const em_view *y, const em_view *x, const em_view *w,
-                                const em_view *bias, int64_t g, bool transpose) {
+                                const em_view *bias, const em_conv_args *a, bool transpose) {
     if (!rs_rank4(y) || !rs_rank4(x) || !rs_rank4(w)) return rs_bad(c, EM_ERR_SHAPE, "views must be 4-d");
-    int64_t C = x->shape[1], O = y->shape[1];
+    int64_t C = x->shape[1], O = y->shape[1], g = a->groups, t;
     bool ok = y->shape[0] == x->shape[0] && C % g == 0 && O % g == 0;
-    if (transpose) ok = ok && w->shape[0] == C && w->shape[1] * g == O;
-    else ok = ok && w->shape[0] == O && w->shape[1] * g == C;
+    if (transpose) ok = ok && w->shape[0] == C && !__builtin_mul_overflow(w->shape[1], g, &t) && t == O;
+    else ok = ok && w->shape[0] == O && !__builtin_mul_overflow(w->shape[1], g, &t) && t == C;
     if (bias) ok = ok && bias->rank == 1 && bias->shape[0] == O;
+    for (int d = 1; d < 4; d++) ok = ok && x->shape[d] > 0;
+    for (int i = 0; ok && i < 2; i++) {
+        int64_t in = x->shape[2 + i], kk = w->shape[2 + i], ek, o;
+        if (kk < 1 || __builtin_mul_overflow(kk - 1, a->dilation[i], &ek) || ek > INT64_MAX / 4)
+            return rs_bad(c, EM_ERR_SHAPE, "bad kernel size");
+        ek += 1;
+        if (!transpose) {
+            int64_t padded = in + 2 * a->padding[i]; /* in < 2^62, padding <= 2^24 */
+            if (padded < ek) return rs_bad(c, EM_ERR_SHAPE, "the padded input is smaller than the kernel");
+            o = (padded - ek) / a->stride[i] + 1;
+        } else {
+            if (__builtin_mul_overflow(in - 1, a->stride[i], &o) ||
+                __builtin_add_overflow(o, ek + a->output_padding[i] - 2 * a->padding[i], &o))
+                return rs_bad(c, EM_ERR_SHAPE, "the output size overflows");
+        }
+        ok = o >= 1 && o == y->shape[2 + i];
+    }
     return ok ? EM_OK : rs_bad(c, EM_ERR_SHAPE, "inconsistent conv shapes");
 }
 
+/* src/ops/pool.c's output size along one axis (ceil: PyTorch's ceil_mode). */
+static int64_t rs_pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil) {
+    int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil ? s - 1 : 0);
+    int64_t q = num >= 0 ? num / s : -((-num + s - 1) / s);
+    int64_t o = q + 1;
+    if (ceil && o > 0 && (o - 1) * s >= in + p) o--;
+    return o;
+}
+
+/* x [N, C, H, W] (no empty non-batch dim) pooled into y [N, C, OH, OW]: OH and OW are what the
+ * core computes with ceil_mode off or on; padding at most half the kernel; avg pools have
+ * dilation 1. */
+static em_status rs_pool_shapes(rs_ctx *c, const em_view *y, const em_view *x,
+                                const em_pool_args *a, bool max) {
+    if (!rs_rank4(y) || !rs_rank4(x) || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1])
+        return rs_bad(c, EM_ERR_SHAPE, "inconsistent pool shapes");
+    for (int d = 1; d < 4; d++)
+        if (x->shape[d] < 1) return rs_bad(c, EM_ERR_SHAPE, "an empty non-batch dim");
+    for (int i = 0; i < 2; i++) {
+        if (a->padding[i] > a->kernel[i] / 2 || (!max && a->dilation[i] != 1))
+            return rs_bad(c, EM_ERR_ARG, "bad padding or dilation");
+        int64_t o = y->shape[2 + i], in = x->shape[2 + i];
+        if (o < 1 || (o != rs_pool_out(in, a->kernel[i], a->stride[i], a->padding[i], a->dilation[i], false) &&
+                      o != rs_pool_out(in, a->kernel[i], a->stride[i], a->padding[i], a->dilation[i], true)))
+            return rs_bad(c, EM_ERR_SHAPE, "the pooled size does not match");
+    }
+    return EM_OK;
+}
+
 /* The shape and dtype relations the kernels rely on. v[i] NULL when absent. */
-static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS],
-                          const size_t bytes[RW_MAX_VIEWS]) {
+static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS]) {
     const int64_t *I = k->ints;
     switch (k->slot) {
     case RW_K_FILL: case RW_K_RANDOM: return EM_OK;
@@ -240,6 +493,10 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
         return v[0]->dtype == v[2]->dtype && v[0]->dtype == v[3]->dtype
                    ? EM_OK : rs_bad(c, EM_ERR_DTYPE, "dtypes differ");
     case RW_K_REDUCE: {
+        bool needs = k->sub == EM_RED_MAX || k->sub == EM_RED_MIN || k->sub == EM_RED_ARGMAX ||
+                     k->sub == EM_RED_ARGMIN;
+        if (needs && (I[0] < 0 ? rs_numel_v(v[1]) == 0 : I[0] < v[1]->rank && v[1]->shape[I[0]] == 0))
+            return rs_bad(c, EM_ERR_SHAPE, "an empty extent (the reduction has no identity)");
         if (I[0] < 0) return rs_numel_v(v[0]) == 1 ? EM_OK : rs_bad(c, EM_ERR_SHAPE, "out must have 1 element");
         if (I[0] >= v[1]->rank || v[0]->rank != v[1]->rank) return rs_bad(c, EM_ERR_SHAPE, "bad dim or rank");
         for (int d = 0; d < v[1]->rank; d++)
@@ -272,19 +529,19 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
             if (ix->rank != 1 || (r && out->shape[dim] != ix->shape[0])) return rs_bad(c, EM_ERR_SHAPE, "bad index");
             for (int d = 0; d < r; d++)
                 if (d != dim && out->shape[d] > in->shape[d]) return rs_bad(c, EM_ERR_SHAPE, "shapes do not fit");
-            return rs_check_indices(c, ix, r ? in->shape[dim] : 1, bytes[2]);
+            return rs_check_indices(c, ix, r ? in->shape[dim] : 1);
         }
         if (ix->rank != r) return rs_bad(c, EM_ERR_SHAPE, "index rank differs");
         if (k->slot == RW_K_GATHER) {
             if (!rs_same_shape(out, ix)) return rs_bad(c, EM_ERR_SHAPE, "index shape differs from out");
             for (int d = 0; d < r; d++)
                 if (d != dim && out->shape[d] > in->shape[d]) return rs_bad(c, EM_ERR_SHAPE, "shapes do not fit");
-            return rs_check_indices(c, ix, r ? in->shape[dim] : 1, bytes[2]);
+            return rs_check_indices(c, ix, r ? in->shape[dim] : 1);
         }
         for (int d = 0; d < r; d++)
             if (ix->shape[d] > in->shape[d] || (d != dim && ix->shape[d] > out->shape[d]))
                 return rs_bad(c, EM_ERR_SHAPE, "shapes do not fit");
-        return rs_check_indices(c, ix, r ? out->shape[dim] : 1, bytes[1]);
+        return rs_check_indices(c, ix, r ? out->shape[dim] : 1);
     }
     case RW_K_SORT:
         if (!v[0] && !v[1]) return rs_bad(c, EM_ERR_ARG, "neither values nor indices");
@@ -296,18 +553,25 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
         em_conv_args a = {0};
         em_status s = rs_conv_args(c, I, &a);
         if (s != EM_OK) return s;
+        bool tr = k->slot == RW_K_CONV_TRANSPOSE2D;
+        for (int i = 0; i < 2; i++)
+            if (tr ? a.output_padding[i] >= a.stride[i] && a.output_padding[i] >= a.dilation[i]
+                   : a.output_padding[i] != 0)
+                return rs_bad(c, EM_ERR_ARG, "bad output padding");
         if (k->slot == RW_K_CONV2D_WEIGHT_GRAD) /* gw x gy */
-            return rs_conv_shapes(c, v[2], v[1], v[0], NULL, a.groups, false);
-        return rs_conv_shapes(c, v[0], v[1], v[2], v[3], a.groups, k->slot == RW_K_CONV_TRANSPOSE2D);
+            return rs_conv_shapes(c, v[2], v[1], v[0], NULL, &a, false);
+        return rs_conv_shapes(c, v[0], v[1], v[2], v[3], &a, tr);
     }
     case RW_K_MAX_POOL2D: case RW_K_AVG_POOL2D: case RW_K_AVG_POOL2D_BACKWARD: {
         em_pool_args a = {0};
         em_status s = rs_pool_args(c, I, &a);
         if (s != EM_OK) return s;
-        const em_view *x = k->slot == RW_K_MAX_POOL2D ? v[2] : v[1];
-        if (!rs_rank4(v[0]) || !rs_rank4(x) || v[0]->shape[0] != x->shape[0] ||
-            v[0]->shape[1] != x->shape[1])
-            return rs_bad(c, EM_ERR_SHAPE, "inconsistent pool shapes");
+        /* avg_pool2d_backward: gx (x's shape) from gy (the pooled shape) */
+        s = k->slot == RW_K_AVG_POOL2D_BACKWARD
+                ? rs_pool_shapes(c, v[1], v[0], &a, false)
+                : rs_pool_shapes(c, v[0], k->slot == RW_K_MAX_POOL2D ? v[2] : v[1], &a,
+                                 k->slot == RW_K_MAX_POOL2D);
+        if (s != EM_OK) return s;
         if (k->slot == RW_K_MAX_POOL2D && v[1] && (!rs_same_shape(v[0], v[1]) || v[1]->dtype != EM_I64))
             return rs_bad(c, EM_ERR_SHAPE, "indices must be i64 of out's shape");
         return EM_OK;
@@ -316,6 +580,9 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
         if (!rs_rank4(v[0]) || !rs_rank4(v[1]) || v[0]->shape[0] != v[1]->shape[0] ||
             v[0]->shape[1] != v[1]->shape[1])
             return rs_bad(c, EM_ERR_SHAPE, "inconsistent pool shapes");
+        for (int d = 2; d < 4; d++)
+            if (v[0]->shape[d] < 1 || v[1]->shape[d] < 1)
+                return rs_bad(c, EM_ERR_SHAPE, "an empty spatial dim");
         return EM_OK;
     case RW_K_LAYER_NORM: {
         int64_t n = I[0];
@@ -407,44 +674,49 @@ em_status rs_exec_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn, cons
                          char *msg, size_t cap) {
     rs_ctx c = {h, lookup, conn, msg, cap, rw_slots[k->slot].name};
     em_view views[RW_MAX_VIEWS], *v[RW_MAX_VIEWS] = {0};
-    size_t bytes[RW_MAX_VIEWS] = {0};
+    int64_t blo[RW_MAX_VIEWS] = {0}, bhi[RW_MAX_VIEWS] = {0};
     em_status s = EM_OK;
     if (!rs_has(h->ops, k->slot))
         return rs_bad(&c, EM_ERR_UNSUPPORTED, "the hosted device does not implement it");
+    const rs_rule r = rs_rule_of(k);
     for (int i = 0; i < rw_slots[k->slot].nviews && s == EM_OK; i++)
         if (k->mask & (1u << i)) {
-            s = rs_view(&c, &k->views[i], i, &views[i], &bytes[i]);
+            s = rs_view(&c, &k->views[i], i, &views[i], &blo[i], &bhi[i]);
             v[i] = &views[i];
         }
+    if (s == EM_OK && k->slot == RW_K_SORT && !v[0] && !v[1])
+        return rs_bad(&c, EM_ERR_ARG, "neither values nor indices");
+    if (s == EM_OK) s = rs_check_dtypes(&c, &r, v);
     if (s != EM_OK) return s;
+    if (rs_numel_v(v[r.primary]) == 0) return EM_OK; /* the core runs nothing there */
     if (h->serialize) pthread_mutex_lock((pthread_mutex_t *)h->lock);
-    s = rs_check(&c, k, v, bytes);
+    /* shapes and index values, then the outputs: no kernel runs between these checks and the
+     * slot's call, and no output the call writes can reach an index */
+    s = rs_check(&c, k, v);
+    if (s == EM_OK) s = rs_check_outputs(&c, &r, v, blo, bhi);
     if (s != EM_OK) {
         if (h->serialize) pthread_mutex_unlock((pthread_mutex_t *)h->lock);
         return s;
     }
-    /* inputs of a backend that wants them contiguous: copies (outputs are views 0, and 1 for
-     * sort and max_pool2d) */
+    /* inputs the kernel needs contiguous (a backend without EM_CAP_STRIDED_INPUTS, or a slot
+     * that always does): copies; copy's own input may be any view */
     void *tmp[RW_MAX_VIEWS] = {0};
-    if (!(h->ops->caps & EM_CAP_STRIDED_INPUTS) && k->slot != RW_K_COPY) {
-        int first_in = (k->slot == RW_K_SORT || k->slot == RW_K_MAX_POOL2D) ? 2 : 1;
-        if (k->slot == RW_K_SCATTER_ADD) first_in = 1;
-        for (int i = first_in; i < RW_MAX_VIEWS && s == EM_OK; i++) {
-            if (!v[i] || rs_contiguous(v[i])) continue;
-            size_t n = (size_t)rs_numel_v(v[i]) * em_dtype_size(v[i]->dtype);
-            s = h->ops->alloc(h->ctx, n ? n : 1, &tmp[i]);
-            if (s != EM_OK) break;
-            em_view cv = *v[i];
-            cv.buf = tmp[i];
-            cv.offset = 0;
-            int64_t st = 1;
-            for (int d = cv.rank - 1; d >= 0; d--) {
-                cv.strides[d] = st;
-                st *= cv.shape[d];
-            }
-            if (n) s = h->ops->copy(h->ctx, &cv, v[i]);
-            views[i] = cv;
+    bool strided = (h->ops->caps & EM_CAP_STRIDED_INPUTS) && !r.contig_in;
+    for (int i = 0; i < RW_MAX_VIEWS && s == EM_OK && !strided && k->slot != RW_K_COPY; i++) {
+        if (!v[i] || (r.role[i] != V_IN && r.role[i] != V_INDEX) || rs_contiguous(v[i])) continue;
+        size_t n = (size_t)rs_numel_v(v[i]) * em_dtype_size(v[i]->dtype);
+        s = h->ops->alloc(h->ctx, n ? n : 1, &tmp[i]);
+        if (s != EM_OK) break;
+        em_view cv = *v[i];
+        cv.buf = tmp[i];
+        cv.offset = 0;
+        int64_t st = 1;
+        for (int d = cv.rank - 1; d >= 0; d--) {
+            cv.strides[d] = st;
+            st *= cv.shape[d];
         }
+        if (n) s = h->ops->copy(h->ctx, &cv, v[i]);
+        views[i] = cv;
     }
     if (s == EM_OK) s = rs_call(h, k, v);
     if (s != EM_OK) snprintf(msg, cap, "%s: %s", c.slot, em_last_error());
