@@ -2,13 +2,17 @@
  * ember-server — hosts one device of this machine for remote clients (em_remote_connect).
  *
  * Usage: ember-server --token-file F [--listen [HOST:]PORT] [--device D] [--max-bytes N]
- *                     [--max-clients N] [--max-tensors N] [--max-msg N] [--verbose]
+ *                     [--max-total-bytes N] [--max-clients N] [--max-pending N]
+ *                     [--handshake-timeout S] [--max-tensors N] [--max-msg N] [--verbose]
  *
  * --listen defaults to 127.0.0.1:7070 (a bare PORT listens on 127.0.0.1; port 0 picks a free
  * one). --device is any device of this machine, autodiff ones included (default: the best
  * present). The token is the file's content without its trailing newline; it must not be
- * empty. Sizes take a K, M or G suffix. Defaults: --max-bytes 4G a client, --max-clients 64,
- * --max-tensors 1000000 a client, --max-msg 64M.
+ * empty. Sizes take a K, M or G suffix. Defaults: --max-bytes 4G a client, --max-total-bytes
+ * three quarters of this machine's memory for all clients together, --max-clients 64
+ * authenticated connections, --max-pending 16 connections still in the handshake (the oldest
+ * gives way to a new one), --handshake-timeout 5 s, --max-tensors 1000000 a client,
+ * --max-msg 64M.
  *
  * Once listening it prints one line on stdout:
  *   ember-server: listening on HOST:PORT device D
@@ -22,14 +26,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "backends/remote/server.h"
 #include "ember/ember.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ember-server --token-file F [--listen [HOST:]PORT] [--device D]\n"
-               "                    [--max-bytes N] [--max-clients N] [--max-tensors N] "
-               "[--max-msg N] [--verbose]\n");
+               "                    [--max-bytes N] [--max-total-bytes N] [--max-clients N]\n"
+               "                    [--max-pending N] [--handshake-timeout S] [--max-tensors N]\n"
+               "                    [--max-msg N] [--verbose]\n");
 }
 
 static int bad(const char *what, const char *v) {
@@ -76,7 +82,9 @@ static char *read_token(const char *path) {
 
 int main(int argc, char **argv) {
     rs_config cfg = {.listen = "127.0.0.1:7070", .max_bytes = 4ull << 30, .max_tensors = 1000000,
-                     .max_clients = 64};
+                     .max_clients = 64, .max_pending = 16, .handshake_timeout_s = 5};
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) cfg.max_total_bytes = (uint64_t)pages / 4 * 3 * (uint64_t)page;
     const char *token_file = NULL, *device = NULL;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -97,6 +105,15 @@ int main(int argc, char **argv) {
         else if (strcmp(f, "--max-bytes") == 0) {
             if (!parse_size(v, &n)) return bad("--max-bytes: not a size", v);
             cfg.max_bytes = n;
+        } else if (strcmp(f, "--max-total-bytes") == 0) {
+            if (!parse_size(v, &n)) return bad("--max-total-bytes: not a size", v);
+            cfg.max_total_bytes = n;
+        } else if (strcmp(f, "--max-pending") == 0) {
+            if (!parse_size(v, &n) || n < 1 || n > 4096) return bad("--max-pending: 1..4096", v);
+            cfg.max_pending = (int)n;
+        } else if (strcmp(f, "--handshake-timeout") == 0) {
+            if (!parse_size(v, &n) || n < 1 || n > 600) return bad("--handshake-timeout: 1..600 s", v);
+            cfg.handshake_timeout_s = (int)n;
         } else if (strcmp(f, "--max-tensors") == 0) {
             if (!parse_size(v, &n)) return bad("--max-tensors: not a count", v);
             cfg.max_tensors = n;

@@ -15,6 +15,8 @@ printf 'tok\n' >"$tmp/token"
 for bad in "" "--token-file $tmp/empty" "--token-file /nonexistent" \
            "--token-file $tmp/token --device nope" "--token-file $tmp/token --max-clients 0" \
            "--token-file $tmp/token --max-bytes 12Q" "--token-file $tmp/token --bogus 1" \
+           "--token-file $tmp/token --max-pending 0" "--token-file $tmp/token --max-total-bytes 1X" \
+           "--token-file $tmp/token --handshake-timeout 0" \
            "--token-file $tmp/token --listen 256.1.1.1:1" "--token-file $tmp/token --listen x:99999"; do
     # shellcheck disable=SC2086
     timeout 10 "$server" $bad >/dev/null 2>"$tmp/err"

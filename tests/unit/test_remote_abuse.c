@@ -606,6 +606,134 @@ static void test_views(void **state) {
     x_free();
 }
 
+/* ---- buffers, budgets and the handshake queue (with the server's sockets) ---- */
+
+static void raw_u64s(int fd, uint8_t type, int n, const uint64_t *v) {
+    uint8_t b[24];
+    for (int i = 0; i < n; i++) rw_store_le64(b + 8 * i, v[i]);
+    assert_int_equal(raw_frame(fd, type, b, (size_t)n * 8), 0);
+}
+
+/* Sends SYNC; returns the status the server answers with (EM_OK for OK). */
+static int raw_sync(int fd) {
+    assert_int_equal(raw_frame(fd, RW_SYNC, NULL, 0), 0);
+    rn_frame f = {0};
+    int rc = rn_recv_frame(fd, &f, RW_MIN_MAX_MSG);
+    int st = rc != 1 ? -1 : f.p[0] == RW_OK ? EM_OK : f.p[0] == RW_ERROR && f.len > 1 ? f.p[1] : -1;
+    rn_frame_free(&f);
+    return st;
+}
+
+/* A buffer fresh from the server reads as zeros, never as a previous client's bytes. */
+static void test_fresh_buffers_zeroed(void **state) {
+    (void)state;
+    enum { N = 8192 };
+    static uint8_t pat[N], got[N];
+    memset(pat, 0xAB, sizeof pat);
+    for (int round = 0; round < 4; round++) {
+        int fd = raw_auth(port, TOKEN, RW_VERSION);
+        assert_true(fd >= 0);
+        raw_u64s(fd, RW_ALLOC, 2, (const uint64_t[]){1, N});
+        uint8_t hdr[16];
+        rw_store_le64(hdr, 1);
+        rw_store_le64(hdr + 8, 0);
+        uint8_t lenb[5];
+        rw_store_le32(lenb, 1 + 16 + N);
+        lenb[4] = RW_WRITE;
+        assert_int_equal(rn_send2(fd, lenb, 5, hdr, 16), 0);
+        assert_int_equal(rn_send_all(fd, pat, N), 0);
+        raw_u64s(fd, RW_FREE, 1, (const uint64_t[]){1});
+        assert_int_equal(raw_sync(fd), EM_OK);
+        close(fd);
+        fd = raw_auth(port, TOKEN, RW_VERSION);
+        assert_true(fd >= 0);
+        raw_u64s(fd, RW_ALLOC, 2, (const uint64_t[]){7, N});
+        raw_u64s(fd, RW_READ, 3, (const uint64_t[]){7, 0, N});
+        rn_frame f = {0};
+        assert_int_equal(rn_recv_frame(fd, &f, RW_MIN_MAX_MSG), 1);
+        assert_int_equal(f.p[0], RW_DATA);
+        assert_int_equal(f.len, N + 1);
+        memcpy(got, f.p + 1, N);
+        rn_frame_free(&f);
+        for (int i = 0; i < N; i++)
+            if (got[i]) fail_msg("byte %d of a fresh buffer is 0x%02x", i, got[i]);
+        close(fd);
+    }
+    good_still_works();
+}
+
+static rs_server *start_cfg(rs_config cfg, int *p) {
+    rs_server *s = NULL;
+    assert_int_equal(rs_start(&cfg, &s), EM_OK);
+    *p = rs_port(s);
+    return s;
+}
+
+/* --max-total-bytes: a cap over all clients beside each one's --max-bytes. */
+static void test_total_bytes(void **state) {
+    (void)state;
+    int p;
+    rs_config cfg = {.listen = "127.0.0.1:0", .token = TOKEN, .max_bytes = 1u << 20,
+                     .max_total_bytes = 3u << 19, .max_clients = 4};
+    cfg.device = (em_device){EM_BACKEND_CPU, 0, false, EM_CKPT_NONE};
+    rs_server *s = start_cfg(cfg, &p);
+    int a = raw_auth(p, TOKEN, RW_VERSION), b = raw_auth(p, TOKEN, RW_VERSION);
+    assert_true(a >= 0 && b >= 0);
+    raw_u64s(a, RW_ALLOC, 2, (const uint64_t[]){1, 1u << 20});
+    assert_int_equal(raw_sync(a), EM_OK);
+    raw_u64s(b, RW_ALLOC, 2, (const uint64_t[]){1, 1u << 20}); /* 2 MiB in all: refused */
+    assert_int_equal(raw_sync(b), EM_ERR_NOMEM);
+    raw_u64s(b, RW_ALLOC, 2, (const uint64_t[]){2, 1u << 19}); /* 1.5 MiB: fits */
+    assert_int_equal(raw_sync(b), EM_OK);
+    raw_u64s(a, RW_FREE, 1, (const uint64_t[]){1});
+    raw_u64s(b, RW_ALLOC, 2, (const uint64_t[]){1, 1u << 19});
+    assert_int_equal(raw_sync(b), EM_OK);
+    close(a);
+    close(b);
+    assert_true(raw_wait_idle(s));
+    rs_stop(s);
+}
+
+/* Connections that never authenticate cannot keep an authenticated client out: they have
+ * their own small budget (the oldest gives way to a new one) and a short timeout, and do not
+ * count against max_clients. */
+static void test_preauth_budget(void **state) {
+    (void)state;
+    int p;
+    rs_config cfg = {.listen = "127.0.0.1:0", .token = TOKEN, .max_clients = 2, .max_pending = 4,
+                     .handshake_timeout_s = 5};
+    cfg.device = (em_device){EM_BACKEND_CPU, 0, false, EM_CKPT_NONE};
+    rs_server *s = start_cfg(cfg, &p);
+    char a[64];
+    snprintf(a, sizeof a, "127.0.0.1:%d", p);
+    int silent[24];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 24; i++) silent[i] = raw_open(p); /* hold the handshake queue */
+        usleep(50000);
+        em_device d;
+        assert_int_equal(em_remote_connect(a, TOKEN, &d), EM_OK);
+        em_tensor *t;
+        const int64_t n = 4;
+        assert_int_equal(em_zeros(&n, 1, EM_F32, d, &t), EM_OK);
+        float got[4] = {1, 1, 1, 1};
+        assert_int_equal(em_tensor_to_data(t, got, sizeof got), EM_OK);
+        assert_true(got[0] == 0);
+        em_tensor_release(t);
+        assert_int_equal(em_remote_disconnect(d), EM_OK);
+        for (int i = 0; i < 24; i++) close(silent[i]);
+    }
+    /* max_clients still bounds the authenticated ones */
+    int c1 = raw_auth(p, TOKEN, RW_VERSION), c2 = raw_auth(p, TOKEN, RW_VERSION);
+    assert_true(c1 >= 0 && c2 >= 0);
+    em_device d;
+    assert_int_equal(em_remote_connect(a, TOKEN, &d), EM_ERR_STATE);
+    assert_non_null(strstr(em_last_error(), "full"));
+    close(c1);
+    close(c2);
+    assert_true(raw_wait_idle(s));
+    rs_stop(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_before_auth),
@@ -617,6 +745,9 @@ int main(void) {
         cmocka_unit_test(test_alias_gather),
         cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_views),
+        cmocka_unit_test(test_fresh_buffers_zeroed),
+        cmocka_unit_test(test_total_bytes),
+        cmocka_unit_test(test_preauth_budget),
     };
     const char *only = getenv("EMBER_TEST_FILTER"); /* e.g. "test_alias*" */
     if (only) cmocka_set_test_filter(only);

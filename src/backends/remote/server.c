@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends/remote/net.h"
@@ -37,6 +38,8 @@ typedef struct rs_conn {
     struct rs_conn *next, *prev;
     int fd;
     unsigned serial;
+    bool authed;   /* past the handshake (counts against max_clients, not max_pending) */
+    bool evicted;  /* a pending connection told to give way to a newer one */
     rs_entry *tab;
     size_t tcap, tused, tdead;
     uint64_t bytes, tensors;
@@ -59,7 +62,8 @@ struct rs_server {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     rs_conn *conns;
-    int nconns;
+    int nconns;    /* all connections (threads) */
+    int nauthed;   /* of which authenticated */
     unsigned serial;
     rs_host host;
     pthread_mutex_t host_lock;
@@ -198,6 +202,39 @@ static void rs_host_unlock(rs_conn *c) {
     if (c->srv->host.serialize) pthread_mutex_unlock(&c->srv->host_lock);
 }
 
+/* Counts `bytes` against the server-wide cap (max_total_bytes); false when they do not fit. */
+static bool rs_reserve(rs_server *srv, uint64_t bytes) {
+    uint64_t cap = srv->cfg.max_total_bytes, cur = atomic_load(&srv->bytes);
+    do {
+        if (cap && (bytes > cap || cur > cap - bytes)) return false;
+    } while (!atomic_compare_exchange_weak(&srv->bytes, &cur, cur + bytes));
+    return true;
+}
+
+/* A fresh buffer holds zeros, never what the device's allocator last gave someone else. */
+static em_status rs_zero(const rs_host *h, void *buf, size_t bytes) {
+    if (!bytes) return EM_OK;
+    if (h->ops->caps & EM_CAP_HOST_MEMORY) {
+        memset(buf, 0, bytes);
+        return EM_OK;
+    }
+    if (h->ops->fill) { /* the buffer as a u8 vector */
+        em_view v = {0};
+        v.buf = buf;
+        v.dtype = EM_U8;
+        v.rank = 1;
+        v.shape[0] = (int64_t)bytes;
+        v.strides[0] = 1;
+        return h->ops->fill(h->ctx, &v, 0.0);
+    }
+    static const uint8_t zeros[4096];
+    em_status s = EM_OK;
+    for (size_t off = 0; off < bytes && s == EM_OK; off += sizeof zeros)
+        s = h->ops->write(h->ctx, buf, off, zeros,
+                          bytes - off < sizeof zeros ? bytes - off : sizeof zeros);
+    return s;
+}
+
 /* ---- messages; each returns false to close the connection ---- */
 
 static bool rs_on_alloc(rs_conn *c, rw_reader *r) {
@@ -214,20 +251,27 @@ static bool rs_on_alloc(rs_conn *c, rw_reader *r) {
                   (unsigned long long)cfg->max_tensors);
     } else if (bytes > SIZE_MAX / 2) {
         rs_record(c, EM_ERR_NOMEM, "alloc: %llu bytes", (unsigned long long)bytes);
+    } else if (!rs_reserve(c->srv, bytes)) {
+        rs_record(c, EM_ERR_NOMEM,
+                  "alloc: %llu bytes would pass the server's limit of %llu bytes for all clients",
+                  (unsigned long long)bytes, (unsigned long long)cfg->max_total_bytes);
     } else {
         void *buf = NULL;
         rs_host_lock(c);
         em_status s = c->srv->host.ops->alloc(c->srv->host.ctx, bytes ? (size_t)bytes : 1, &buf);
+        if (s == EM_OK) s = rs_zero(&c->srv->host, buf, (size_t)bytes);
         rs_host_unlock(c);
         if (s != EM_OK) {
+            if (buf) c->srv->host.ops->free(c->srv->host.ctx, buf);
+            atomic_fetch_sub(&c->srv->bytes, bytes);
             rs_record(c, s, "alloc: %s", em_last_error());
         } else if (!rs_insert(c, id, buf, (size_t)bytes)) {
             c->srv->host.ops->free(c->srv->host.ctx, buf);
+            atomic_fetch_sub(&c->srv->bytes, bytes);
             rs_record(c, EM_ERR_NOMEM, "alloc: out of memory for the buffer table");
         } else {
             c->bytes += bytes;
             c->tensors++;
-            atomic_fetch_add(&c->srv->bytes, bytes);
         }
     }
     return true;
@@ -455,6 +499,19 @@ static bool rs_handshake(rs_conn *c) {
         RS_LOG(srv, "client %u: authentication failed: closing", c->serial);
         return false;
     }
+    pthread_mutex_lock(&srv->mu);
+    bool full = srv->nauthed >= srv->cfg.max_clients;
+    if (!full) {
+        srv->nauthed++;
+        c->authed = true;
+    }
+    pthread_mutex_unlock(&srv->mu);
+    if (full) {
+        rs_send_error(c->fd, EM_ERR_STATE, "the server is full");
+        rw_writer_free(&w);
+        RS_LOG(srv, "client %u: authenticated, but the server is full: closing", c->serial);
+        return false;
+    }
     rw_welcome wl = srv->wl;
     rn_mac(wl.mac, srv->token, strlen(srv->token), "ember-server-v1", nonce, ch);
     rw_encode_welcome(&w, &wl);
@@ -486,6 +543,7 @@ static void *rs_conn_main(void *arg) {
     if (c->next) c->next->prev = c->prev;
     close(c->fd);
     srv->nconns--;
+    if (c->authed) srv->nauthed--;
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     free(c);
@@ -502,12 +560,40 @@ static void *rs_accept_main(void *arg) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         pthread_mutex_lock(&srv->mu);
-        if (srv->nconns >= srv->cfg.max_clients) {
+        int pending = srv->nconns - srv->nauthed;
+        /* connections told to give way end within moments: wait for them a little */
+        for (int i = 0; i < 20 && pending >= 2 * srv->cfg.max_pending; i++) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 10 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
+            pending = srv->nconns - srv->nauthed;
+        }
+        if (srv->nauthed >= srv->cfg.max_clients || pending >= 2 * srv->cfg.max_pending) {
+            int nauthed = srv->nauthed;
+            bool full = nauthed >= srv->cfg.max_clients;
             pthread_mutex_unlock(&srv->mu);
-            rs_send_error(fd, EM_ERR_STATE, "the server is full");
+            rs_send_error(fd, EM_ERR_STATE, full ? "the server is full" : "the server is busy");
             close(fd);
-            RS_LOG(srv, "refused a connection: %d clients", srv->cfg.max_clients);
+            RS_LOG(srv, "refused a connection: %d clients, %d in the handshake", nauthed, pending);
             continue;
+        }
+        if (pending >= srv->cfg.max_pending) {
+            /* the handshake queue is full: its oldest connection gives way (its thread sees
+             * the socket shut and ends), so that silent sockets cannot keep clients out */
+            rs_conn *old = NULL;
+            for (rs_conn *o = srv->conns; o; o = o->next)
+                if (!o->authed && !o->evicted) old = o; /* the list is newest first */
+            if (old) {
+                old->evicted = true;
+                shutdown(old->fd, SHUT_RDWR);
+                RS_LOG(srv, "client %u: still in the handshake, gives way to a new one",
+                       old->serial);
+            }
         }
         rs_conn *c = calloc(1, sizeof *c);
         pthread_t th;
@@ -554,7 +640,8 @@ em_status rs_start(const rs_config *cfg, rs_server **out) {
     srv->cfg = *cfg;
     if (!srv->cfg.max_msg) srv->cfg.max_msg = RW_DEFAULT_MAX_MSG;
     if (srv->cfg.max_clients <= 0) srv->cfg.max_clients = 64;
-    if (srv->cfg.handshake_timeout_s <= 0) srv->cfg.handshake_timeout_s = 10;
+    if (srv->cfg.max_pending <= 0) srv->cfg.max_pending = 16;
+    if (srv->cfg.handshake_timeout_s <= 0) srv->cfg.handshake_timeout_s = 5;
     srv->token = strdup(cfg->token);
     srv->cfg.token = srv->token;
     srv->cfg.listen = NULL;

@@ -18,9 +18,12 @@ typedef struct rs_config {
     const char *token;     /* the shared secret (non-empty) */
     uint64_t max_bytes;    /* bytes of buffers a client may hold (0: no limit) */
     uint64_t max_tensors;  /* buffers a client may hold (0: no limit) */
+    uint64_t max_total_bytes; /* bytes of buffers all clients together may hold (0: no limit) */
     uint32_t max_msg;      /* largest frame body (0: RW_DEFAULT_MAX_MSG) */
-    int max_clients;       /* authenticated or not (0: 64) */
-    int handshake_timeout_s; /* (0: 10) */
+    int max_clients;       /* authenticated connections at once (0: 64) */
+    int max_pending;       /* connections still in the handshake (0: 16); when they are all
+                            * taken, a new connection takes the oldest one's place */
+    int handshake_timeout_s; /* the whole handshake (0: 5) */
     bool verbose;          /* one line on stderr per connection event */
 } rs_config;
 
