@@ -734,6 +734,77 @@ static void test_preauth_budget(void **state) {
     rs_stop(s);
 }
 
+/* The reproductions over the wire, against the shared server, while the good client works:
+ * each is refused (an error at the next SYNC), the connection goes on, and everything the
+ * hostile client held is given back when it leaves. */
+static void test_hostile_kernels_over_wire(void **state) {
+    (void)state;
+    rw_stats base;
+    good_still_works();
+    assert_int_equal(em_remote_sync(good), EM_OK);
+    rs_stats(srv, &base);
+    int fd = raw_auth(port, TOKEN, RW_VERSION);
+    assert_true(fd >= 0);
+    raw_u64s(fd, RW_ALLOC, 2, (const uint64_t[]){1, 16});
+    raw_u64s(fd, RW_ALLOC, 2, (const uint64_t[]){2, 16});
+    raw_u64s(fd, RW_ALLOC, 2, (const uint64_t[]){3, 32});
+    const int64_t ix[2] = {1, 0}, src[2] = {4096, 7}, two = 2, sq[2] = {2, 2};
+    uint8_t hdr[16];
+    uint8_t lenb[5];
+    for (int b = 0; b < 2; b++) {
+        rw_store_le64(hdr, (uint64_t)b + 1);
+        rw_store_le64(hdr + 8, 0);
+        rw_store_le32(lenb, 1 + 16 + 16);
+        lenb[4] = RW_WRITE;
+        assert_int_equal(rn_send2(fd, lenb, 5, hdr, 16), 0);
+        assert_int_equal(rn_send_all(fd, b ? (const void *)src : (const void *)ix, 16), 0);
+    }
+    assert_int_equal(raw_sync(fd), EM_OK);
+    rw_kernel ks[4];
+    ks[0] = x_kernel(RW_K_SCATTER_ADD, 0, 3);
+    ks[0].views[0] = xv(1, EM_I64, 1, &two, 0);
+    ks[0].views[1] = xv(1, EM_I64, 1, &two, 0);
+    ks[0].views[2] = xv(2, EM_I64, 1, &two, 0);
+    ks[1] = x_kernel(RW_K_GATHER, 0, 3);
+    ks[1].views[0] = xv(1, EM_I64, 1, &two, 0);
+    ks[1].views[1] = xv(2, EM_I64, 1, &two, 0);
+    ks[1].views[2] = xv(1, EM_I64, 1, &two, 1);
+    ks[1].views[2].strides[0] = -1;
+    ks[2] = x_kernel(RW_K_MATMUL, 0, 3);
+    ks[2].views[0] = xv(3, EM_F64, 2, sq, 0);
+    ks[2].views[1] = xv(1, EM_U8, 2, sq, 0);
+    ks[2].views[2] = xv(2, EM_U8, 2, sq, 0);
+    ks[3] = x_kernel(RW_K_BINARY, EM_BIN_POW, 3);
+    for (int i = 0; i < 3; i++) ks[3].views[i] = xv((uint64_t)i + 1, EM_I64, 1, &two, 0);
+    for (int round = 0; round < 50; round++) {
+        rw_writer w = {0};
+        rw_encode_kernel(&w, &ks[round % 4]);
+        assert_false(w.failed);
+        assert_int_equal(rn_send_all(fd, w.p, w.len), 0);
+        rw_writer_free(&w);
+        assert_int_not_equal(raw_sync(fd), EM_OK);
+        if (round % 10 == 0) good_still_works();
+    }
+    /* the buffers are untouched: the index still reads [1, 0] */
+    raw_u64s(fd, RW_READ, 3, (const uint64_t[]){1, 0, 16});
+    rn_frame f = {0};
+    assert_int_equal(rn_recv_frame(fd, &f, RW_MIN_MAX_MSG), 1);
+    assert_int_equal(f.p[0], RW_DATA);
+    assert_memory_equal(f.p + 1, ix, 16);
+    rn_frame_free(&f);
+    close(fd);
+    good_still_works();
+    assert_int_equal(em_remote_sync(good), EM_OK);
+    rw_stats st;
+    for (int i = 0; i < 500; i++) {
+        rs_stats(srv, &st);
+        if (st.server_bytes == base.server_bytes && st.server_clients == base.server_clients) break;
+        usleep(10000);
+    }
+    assert_int_equal(st.server_bytes, base.server_bytes);
+    assert_int_equal(st.device_in_use, base.device_in_use);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_before_auth),
@@ -748,6 +819,7 @@ int main(void) {
         cmocka_unit_test(test_fresh_buffers_zeroed),
         cmocka_unit_test(test_total_bytes),
         cmocka_unit_test(test_preauth_budget),
+        cmocka_unit_test(test_hostile_kernels_over_wire),
     };
     const char *only = getenv("EMBER_TEST_FILTER"); /* e.g. "test_alias*" */
     if (only) cmocka_set_test_filter(only);
