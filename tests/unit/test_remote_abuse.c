@@ -624,9 +624,22 @@ static int raw_sync(int fd) {
     return st;
 }
 
+/* Waits (up to 5 s) until only the good client is left (earlier tests' sockets are closed
+ * asynchronously). */
+static void only_good_left(void) {
+    rw_stats st;
+    for (int i = 0; i < 500; i++) {
+        rs_stats(srv, &st);
+        if (st.server_clients == 1) return;
+        usleep(10000);
+    }
+    fail_msg("%llu clients left", (unsigned long long)st.server_clients);
+}
+
 /* A buffer fresh from the server reads as zeros, never as a previous client's bytes. */
 static void test_fresh_buffers_zeroed(void **state) {
     (void)state;
+    only_good_left();
     enum { N = 8192 };
     static uint8_t pat[N], got[N];
     memset(pat, 0xAB, sizeof pat);
@@ -686,6 +699,7 @@ static void test_total_bytes(void **state) {
     raw_u64s(b, RW_ALLOC, 2, (const uint64_t[]){2, 1u << 19}); /* 1.5 MiB: fits */
     assert_int_equal(raw_sync(b), EM_OK);
     raw_u64s(a, RW_FREE, 1, (const uint64_t[]){1});
+    assert_int_equal(raw_sync(a), EM_OK); /* a's thread has freed it */
     raw_u64s(b, RW_ALLOC, 2, (const uint64_t[]){1, 1u << 19});
     assert_int_equal(raw_sync(b), EM_OK);
     close(a);
@@ -722,7 +736,13 @@ static void test_preauth_budget(void **state) {
         assert_int_equal(em_remote_disconnect(d), EM_OK);
         for (int i = 0; i < 24; i++) close(silent[i]);
     }
-    /* max_clients still bounds the authenticated ones */
+    /* max_clients still bounds the authenticated ones (once the last client is gone) */
+    rw_stats st;
+    for (int i = 0; i < 500; i++) {
+        rs_stats(s, &st);
+        if (st.server_clients == 0) break;
+        usleep(10000);
+    }
     int c1 = raw_auth(p, TOKEN, RW_VERSION), c2 = raw_auth(p, TOKEN, RW_VERSION);
     assert_true(c1 >= 0 && c2 >= 0);
     em_device d;
@@ -740,6 +760,7 @@ static void test_preauth_budget(void **state) {
 static void test_hostile_kernels_over_wire(void **state) {
     (void)state;
     rw_stats base;
+    only_good_left();
     good_still_works();
     assert_int_equal(em_remote_sync(good), EM_OK);
     rs_stats(srv, &base);
