@@ -7,13 +7,16 @@ prog=$1
 runs=${EXIT_QUEUED_RUNS:-3}
 for i in $(seq "$runs"); do
     cache=$(mktemp -d)
-    out=$(XDG_CACHE_HOME=$cache POCL_CACHE_DIR=$cache/pocl EMBER_CACHE_DIR=$cache/ember "$prog" 2>&1)
+    out=$(XDG_CACHE_HOME=$cache POCL_CACHE_DIR=$cache/pocl EMBER_CACHE_DIR=$cache/ember \
+          "$prog" 2>"$cache/stderr")
     rc=$?
+    err=$(cat "$cache/stderr")
     rm -rf "$cache"
     if [ $rc -eq 77 ]; then echo "$out"; exit 77; fi
     if [ $rc -ne 0 ] || [ "$out" != queued ]; then
         echo "exit_queued.sh: run $i exited $rc:"
         echo "$out"
+        echo "$err"
         exit 1
     fi
 done
