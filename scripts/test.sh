@@ -6,6 +6,9 @@
 #      the committed file),
 #   3. a gcc build with -Werror, and ctest (unit tests and the conformance table),
 #   4. a build with -fsanitize=address,undefined, and ctest again,
+#   4b. the conformance table on cpu at every ISA level the CPU runs (EMBER_CPU_ISA=portable,
+#      avx2, avx512), plain and under ASan; a -fsanitize=thread build running the thread,
+#      remote and cpu-pool tests and the table on cpu; a clang -Werror build and its ctest,
 #   5. installs that build to a temporary prefix and builds examples/hello.c against it,
 #      once with find_package(ember) and once with pkg-config,
 #   6. with clang present, the libFuzzer targets: fuzz_device_parse for ~30 s, then
@@ -77,6 +80,47 @@ LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/lsan.supp} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     ctest --test-dir build/asan --output-on-failure -j "$jobs" | tee "$tmp/ctest-asan.log"
 
+step "conformance on cpu at each ISA level this CPU runs (EMBER_CPU_ISA), plain and under ASan"
+# ctest ran the best level; the others are otherwise never tested on this machine.
+for isa in portable avx2 avx512; do
+    got=$(EMBER_CPU_ISA=$isa build/werror/ember-info | sed -n 's/^cpu: isa \([a-z0-9]*\) .*/\1/p')
+    if [ "$got" != "$isa" ]; then
+        echo "EMBER_CPU_ISA=$isa: this CPU runs ${got:-nothing} at most: skipped"
+        continue
+    fi
+    for dev in cpu cpu+autodiff; do
+        EMBER_CPU_ISA=$isa build/werror/tests/conformance tests/conformance/golden.txt --device "$dev"
+        EMBER_CPU_ISA=$isa ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+            LSAN_OPTIONS=suppressions=$root/tests/lsan.supp \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+            build/asan/tests/conformance tests/conformance/golden.txt --device "$dev"
+    done
+done
+
+step "gcc, thread sanitizer: thread, remote and cpu-pool tests, the conformance table on cpu"
+cmake -S . -B build/tsan -G Ninja -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DEMBER_WERROR=ON -DEMBER_SANITIZE=thread -DEMBER_BUILD_TOOLS=OFF -DEMBER_BUILD_EXAMPLES=OFF
+cmake --build build/tsan -j "$jobs" --target test_threads test_remote test_remote_abuse \
+    test_remote_load test_cpu_isa conformance
+TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1} \
+    ctest --test-dir build/tsan --output-on-failure -j "$jobs" \
+    -R '^(test_threads|test_remote|test_remote_abuse|test_remote_load|test_cpu_isa.*)$' \
+    | tee "$tmp/ctest-tsan.log"
+for dev in cpu cpu+autodiff; do
+    TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1} \
+        build/tsan/tests/conformance tests/conformance/golden.txt --device "$dev"
+done
+
+step "clang, -Werror: build and ctest"
+if command -v clang >/dev/null 2>&1; then
+    cmake -S . -B build/clang -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DEMBER_WERROR=ON
+    cmake --build build/clang -j "$jobs"
+    ctest --test-dir build/clang --output-on-failure -j "$jobs" | tee "$tmp/ctest-clang.log"
+else
+    echo "clang not found: skipping the clang build"
+fi
+
 step "installed package: find_package(ember) and pkg-config"
 cmake --install build/werror --prefix "$tmp/prefix" >/dev/null
 mkdir -p "$tmp/consumer"
@@ -123,7 +167,8 @@ step "all tests passed"
 # One closing line for the whole run: the ctest tests of both builds (each conformance run
 # is one of them), plus the installed-package check.
 total=0
-for log in "$tmp/ctest-werror.log" "$tmp/ctest-asan.log"; do
+for log in "$tmp/ctest-werror.log" "$tmp/ctest-asan.log" "$tmp/ctest-tsan.log" "$tmp/ctest-clang.log"; do
+    [ -f "$log" ] || continue
     n=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n 1)
     total=$((total + ${n:-0}))
 done
