@@ -106,7 +106,8 @@ static void print_cpu(void) {
     printf("cpu: openblas %s; kernel %s", openblas_get_config(), core ? core : "?");
     if (env && *env) printf(" (OPENBLAS_CORETYPE=%s)", env);
     printf("\n");
-    if (cpu_blas_core_warning(core, cpu_isa_best(), line, sizeof line))
+    if (cpu_blas_core_warning(core, cpu_isa_best(), line, sizeof line) ||
+        cpu_blas_core_unrunnable(core, cpu_isa_best(), line, sizeof line))
         printf("cpu: warning: %s\n", line);
 #endif
     printf("\n");

@@ -266,6 +266,27 @@ static void blas_warning(void **state) {
     assert_true(cpu_blas_core_warning("Prescott", CPU_ISA_AVX2, NULL, 0));
 }
 
+/* A kernel forced with OPENBLAS_CORETYPE that the CPU cannot run (it would die of SIGILL). */
+static void blas_unrunnable(void **state) {
+    (void)state;
+    char buf[400];
+    assert_true(cpu_blas_core_unrunnable("SkylakeX", CPU_ISA_AVX2, buf, sizeof buf));
+    assert_non_null(strstr(buf, "AVX-512"));
+    assert_non_null(strstr(buf, "Haswell"));
+    assert_true(cpu_blas_core_unrunnable("cooperlake", CPU_ISA_PORTABLE, buf, sizeof buf));
+    assert_true(cpu_blas_core_unrunnable("Haswell", CPU_ISA_PORTABLE, buf, sizeof buf));
+    assert_non_null(strstr(buf, "Prescott"));
+    assert_true(cpu_blas_core_unrunnable("Zen", CPU_ISA_PORTABLE, NULL, 0));
+    const char *fine[] = {"SkylakeX", "Haswell", "Zen", "Prescott", "Sandybridge"};
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        assert_false(cpu_blas_core_unrunnable(fine[i], CPU_ISA_AVX512, buf, sizeof buf));
+        assert_string_equal(buf, "");
+    }
+    assert_false(cpu_blas_core_unrunnable("Haswell", CPU_ISA_AVX2, buf, sizeof buf));
+    assert_false(cpu_blas_core_unrunnable("Prescott", CPU_ISA_PORTABLE, buf, sizeof buf));
+    assert_false(cpu_blas_core_unrunnable(NULL, CPU_ISA_PORTABLE, buf, sizeof buf));
+}
+
 /* ---- the pool from several threads ---- */
 
 enum { PN = 1 << 18 };
@@ -311,6 +332,7 @@ int main(void) {
         cmocka_unit_test(process_level),
         cmocka_unit_test(levels_agree),
         cmocka_unit_test(blas_warning),
+        cmocka_unit_test(blas_unrunnable),
         cmocka_unit_test(pool_from_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

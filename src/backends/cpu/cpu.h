@@ -131,6 +131,9 @@ bool cpu_maxpool2x2_f32(float *out, int64_t *idx, const float *x, int64_t planes
 /* matmul.c */
 #include <cblas.h>
 /** C = A B + beta C with CBLAS conventions (row-major), f32 or f64, split over the pool. */
+/** False when OpenBLAS's kernel cannot run on this CPU (cpu_blas_core_unrunnable): cpu_gemm
+ *  then multiplies with plain loops. Decided once. */
+bool cpu_blas_usable(void);
 void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
               int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
               void *c, int64_t ldc);

@@ -168,6 +168,26 @@ bool cpu_blas_core_warning(const char *core, int best, char *buf, size_t cap) {
     return true;
 }
 
+bool cpu_blas_core_unrunnable(const char *core, int best, char *buf, size_t cap) {
+    /* OpenBLAS 0.3.21's x86 kernels that need AVX-512, then those that need AVX2 */
+    static const char *const avx512[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    static const char *const avx2[] = {"haswell", "zen", "excavator", "skylake"};
+    if (buf && cap) buf[0] = 0;
+    if (!core) return false;
+    const char *needs = NULL;
+    for (size_t i = 0; i < sizeof avx512 / sizeof avx512[0] && !needs; i++)
+        if (strcasecmp(core, avx512[i]) == 0 && best < CPU_ISA_AVX512) needs = "AVX-512";
+    for (size_t i = 0; i < sizeof avx2 / sizeof avx2[0] && !needs; i++)
+        if (strcasecmp(core, avx2[i]) == 0 && best < CPU_ISA_AVX2) needs = "AVX2";
+    if (!needs) return false;
+    if (buf && cap)
+        snprintf(buf, cap, "OpenBLAS was told to run its %s kernel (OPENBLAS_CORETYPE), which "
+                 "needs %s, and this CPU lacks it: ember's matmul and convolutions use their "
+                 "own (slow) GEMM instead of crashing; unset OPENBLAS_CORETYPE or set it to %s",
+                 core, needs, best >= CPU_ISA_AVX2 ? "Haswell" : "Prescott");
+    return true;
+}
+
 /* ---- the backend's slots: the chosen level's kernels ---- */
 
 em_status cpu_unary(void *ctx, em_unary_op op, const em_view *out, const em_view *in,

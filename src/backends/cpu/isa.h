@@ -50,6 +50,13 @@ int cpu_isa_choose(const char *env, int best, char *note, size_t cap);
  *  `best` (avx2 or avx512), with the OPENBLAS_CORETYPE value to use instead. */
 bool cpu_blas_core_warning(const char *core, int best, char *buf, size_t cap);
 
+/** The opposite trap: true (and a one-line message in buf) when `core` is an OpenBLAS kernel
+ *  that needs instructions this CPU lacks (an AVX-512 kernel such as SkylakeX when `best` is
+ *  below avx512, an AVX2 one such as Haswell or Zen below avx2). OPENBLAS_CORETYPE forces a
+ *  kernel without checking the CPU, and its GEMM then dies of SIGILL; cpu_gemm does not call
+ *  it then (see cpu_blas_usable). */
+bool cpu_blas_core_unrunnable(const char *core, int best, char *buf, size_t cap);
+
 /** One level's kernels (the slots of em_backend_ops that the per-level files fill). */
 typedef struct cpu_kernels {
     int isa; /* CPU_ISA_* */

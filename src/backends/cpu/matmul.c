@@ -7,9 +7,24 @@
  * product's rows over the backend's own pool. One pool for everything: OpenBLAS's worker
  * threads, which spin for a while after each threaded call, never compete with ours. */
 #include <cblas.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "cpu.h"
+
+char *openblas_get_corename(void);
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static bool blas_ok = true;
+
+static void blas_check(void) {
+    blas_ok = !cpu_blas_core_unrunnable(openblas_get_corename(), cpu_isa_best(), NULL, 0);
+}
+
+bool cpu_blas_usable(void) {
+    pthread_once(&blas_once, blas_check);
+    return blas_ok;
+}
 
 /* How BLAS reads the last two dims of v: row-major (`ld` = row stride) or transposed. */
 static bool blas_layout(const em_view *v, CBLAS_TRANSPOSE *t, int64_t *ld) {
@@ -71,6 +86,31 @@ typedef struct gemm_job {
     bool split_n; /* split the columns of C (when it has few rows) instead of its rows */
 } gemm_job;
 
+/* C = op(A) op(B) + beta C, row-major, with plain loops: only for an OpenBLAS whose kernel
+ * this CPU cannot run (cpu_blas_usable). beta == 0 ignores what C held (NaN included). */
+static void gemm_loops(const gemm_job *j, int64_t m, int64_t n, const char *a, const char *b,
+                       char *c) {
+    const bool f32 = j->dt == EM_F32, ta = j->ta != CblasNoTrans, tb = j->tb != CblasNoTrans;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t q = 0; q < n; q++) {
+            double acc = 0;
+            for (int64_t p = 0; p < j->k; p++) {
+                int64_t ia = ta ? p * j->lda + i : i * j->lda + p;
+                int64_t ib = tb ? q * j->ldb + p : p * j->ldb + q;
+                acc += f32 ? (double)((const float *)a)[ia] * ((const float *)b)[ib]
+                           : ((const double *)a)[ia] * ((const double *)b)[ib];
+            }
+            int64_t ic = i * j->ldc + q;
+            if (f32) {
+                float *o = (float *)c + ic;
+                *o = (float)(j->beta == 0 ? acc : acc + j->beta * *o);
+            } else {
+                double *o = (double *)c + ic;
+                *o = j->beta == 0 ? acc : acc + j->beta * *o;
+            }
+        }
+}
+
 static void gemm_range(int64_t lo, int64_t hi, void *arg) {
     const gemm_job *j = arg;
     size_t sz = em_dtype_size(j->dt);
@@ -86,7 +126,9 @@ static void gemm_range(int64_t lo, int64_t hi, void *arg) {
         c += lo * j->ldc * (int64_t)sz;
         m = hi - lo;
     }
-    if (j->dt == EM_F32)
+    if (!cpu_blas_usable())
+        gemm_loops(j, m, n, a, b, c);
+    else if (j->dt == EM_F32)
         cblas_sgemm(CblasRowMajor, j->ta, j->tb, (blasint)m, (blasint)n, (blasint)j->k, 1.0f,
                     (const float *)a, (blasint)j->lda, (const float *)b, (blasint)j->ldb,
                     (float)j->beta, (float *)c, (blasint)j->ldc);
