@@ -572,6 +572,18 @@ static void test_views(void **state) {
     k.views[0].strides[0] = -1;
     k.views[1] = xv(2, EM_F32, 1, &four, 0);
     x_expect(&k, EM_OK, NULL);
+    /* 0-d views where the core passes 1-d ones (softmax, cumsum, gather, sort) */
+    k = x_kernel(RW_K_SOFTMAX, 0, 2);
+    k.views[0] = xv(1, EM_F32, 0, NULL, 0);
+    k.views[1] = xv(2, EM_F32, 0, NULL, 0);
+    x_expect(&k, EM_ERR_ARG, "dim");
+    k.slot = RW_K_CUMSUM;
+    x_expect(&k, EM_ERR_ARG, "dim");
+    k = x_kernel(RW_K_GATHER, 0, 3);
+    k.views[0] = xv(1, EM_F32, 0, NULL, 0);
+    k.views[1] = xv(2, EM_F32, 0, NULL, 0);
+    k.views[2] = xv(3, EM_I64, 0, NULL, 0);
+    x_expect(&k, EM_ERR_SHAPE, "dim");
     /* max over an empty dim has no identity */
     k = x_kernel(RW_K_REDUCE, EM_RED_MAX, 2);
     k.views[0] = xv(1, EM_F32, 2, (const int64_t[]){2, 1}, 0);

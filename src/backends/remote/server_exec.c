@@ -506,7 +506,8 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
     }
     case RW_K_CUMSUM: case RW_K_SOFTMAX:
         if (!rs_same_shape(v[0], v[1])) return rs_bad(c, EM_ERR_SHAPE, "shapes differ");
-        return I[0] >= 0 && I[0] < (v[1]->rank ? v[1]->rank : 1) ? EM_OK : rs_bad(c, EM_ERR_ARG, "bad dim");
+        /* the core passes 0-d tensors as 1-d views */
+        return I[0] >= 0 && I[0] < v[1]->rank ? EM_OK : rs_bad(c, EM_ERR_ARG, "bad dim");
     case RW_K_MATMUL: {
         int r = v[0]->rank;
         if (r < 2 || v[1]->rank != r || v[2]->rank != r) return rs_bad(c, EM_ERR_SHAPE, "ranks differ or < 2");
@@ -523,7 +524,7 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
         const em_view *out = v[0], *in = k->slot == RW_K_SCATTER_ADD ? v[2] : v[1];
         const em_view *ix = k->slot == RW_K_SCATTER_ADD ? v[1] : v[2];
         int r = out->rank;
-        if (in->rank != r || I[0] < 0 || I[0] >= (r ? r : 1)) return rs_bad(c, EM_ERR_SHAPE, "bad rank or dim");
+        if (in->rank != r || I[0] < 0 || I[0] >= r) return rs_bad(c, EM_ERR_SHAPE, "bad rank or dim");
         int dim = (int)I[0];
         if (k->slot == RW_K_INDEX_SELECT) {
             if (ix->rank != 1 || (r && out->shape[dim] != ix->shape[0])) return rs_bad(c, EM_ERR_SHAPE, "bad index");
@@ -548,7 +549,7 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
         if ((v[0] && !rs_same_shape(v[0], v[2])) || (v[1] && !rs_same_shape(v[1], v[2])))
             return rs_bad(c, EM_ERR_SHAPE, "shapes differ");
         if (v[1] && v[1]->dtype != EM_I64) return rs_bad(c, EM_ERR_DTYPE, "indices must be i64");
-        return I[0] >= 0 && I[0] < (v[2]->rank ? v[2]->rank : 1) ? EM_OK : rs_bad(c, EM_ERR_ARG, "bad dim");
+        return I[0] >= 0 && I[0] < v[2]->rank ? EM_OK : rs_bad(c, EM_ERR_ARG, "bad dim");
     case RW_K_CONV2D: case RW_K_CONV_TRANSPOSE2D: case RW_K_CONV2D_WEIGHT_GRAD: {
         em_conv_args a = {0};
         em_status s = rs_conv_args(c, I, &a);
