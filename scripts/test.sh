@@ -13,10 +13,11 @@
 #      once with find_package(ember) and once with pkg-config,
 #   6. with clang present, the libFuzzer targets: fuzz_device_parse for ~30 s, then
 #      fuzz_safetensors (em_safetensors_load_buffer) for ~20 s, then fuzz_remote_decode (the
-#      remote protocol's message decoder) for ~20 s.
+#      remote protocol's message decoder) for ~20 s, then fuzz_remote_exec (ember-server's
+#      engine decoding and executing messages on the cpu kernels) for ~20 s.
 # Exits non-zero on the first failure. Build trees go under build/ (ignored by git).
 # Environment: JOBS (default 2), FUZZ_SECONDS (default 30), ST_FUZZ_SECONDS and
-# RD_FUZZ_SECONDS (default 20).
+# RD_FUZZ_SECONDS and RX_FUZZ_SECONDS (default 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -24,6 +25,7 @@ jobs=${JOBS:-2}
 fuzz_seconds=${FUZZ_SECONDS:-30}
 st_fuzz_seconds=${ST_FUZZ_SECONDS:-20}
 rd_fuzz_seconds=${RD_FUZZ_SECONDS:-20}
+rx_fuzz_seconds=${RX_FUZZ_SECONDS:-20}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 step() { printf '\n==== %s\n' "$*"; }
@@ -159,6 +161,11 @@ if command -v clang >/dev/null 2>&1; then
     mkdir -p "$tmp/corpus-rd"
     build/fuzz/tests/fuzz/fuzz_remote_decode -max_total_time="$rd_fuzz_seconds" -timeout=10 \
         -print_final_stats=1 "$tmp/corpus-rd" tests/fuzz/corpus/remote_decode
+    step "libFuzzer: fuzz_remote_exec for ${rx_fuzz_seconds} s"
+    cmake --build build/fuzz -j "$jobs" --target fuzz_remote_exec
+    mkdir -p "$tmp/corpus-rx"
+    build/fuzz/tests/fuzz/fuzz_remote_exec -max_total_time="$rx_fuzz_seconds" -timeout=10 \
+        -rss_limit_mb=3000 -print_final_stats=1 "$tmp/corpus-rx" tests/fuzz/corpus/remote_exec
 else
     echo "clang not found: skipping the fuzz run"
 fi
