@@ -38,8 +38,7 @@ typedef struct rc_conn {
     uint64_t next_id;
     rw_writer out;
     rn_frame in;
-    uint8_t *rbuf; /* received, not yet consumed: rbuf[rpos..rlen) */
-    size_t rpos, rlen;
+    rn_rbuf rb;    /* replies received, not yet consumed */
     rw_welcome wl;
     uint64_t in_use, peak, ntensors;
     char why[160]; /* why the connection broke */
@@ -58,7 +57,7 @@ static em_status rc_broke(rc_conn *c, const char *what, int err) {
         c->fd = -1;
         c->state = RC_BROKEN;
         c->out.len = 0;
-        c->rpos = c->rlen = 0;
+        c->rb.pos = c->rb.len = 0;
     }
     return em_backend_set_error(EM_ERR_IO, "remote:%d: connection lost (%s)", c->index, c->why);
 }
@@ -103,27 +102,7 @@ static em_status rc_server_error(rc_conn *c, const uint8_t *body, size_t len) {
 /* Receives exactly n bytes of replies into dst: 1, 0 on EOF, -1 on an error (errno). A reply's
  * header and body, and replies that arrive together, cost one recv between them. */
 static int rc_recv(rc_conn *c, void *dst, size_t n) {
-    char *d = dst;
-    while (n) {
-        if (c->rpos < c->rlen) {
-            size_t k = c->rlen - c->rpos < n ? c->rlen - c->rpos : n;
-            memcpy(d, c->rbuf + c->rpos, k);
-            d += k;
-            c->rpos += k;
-            n -= k;
-            continue;
-        }
-        if (n >= RC_RBUF_DIRECT) return rn_recv_all(c->fd, d, n);
-        ssize_t k = recv(c->fd, c->rbuf, RC_RBUF, 0);
-        if (k == 0) return 0;
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        c->rpos = 0;
-        c->rlen = (size_t)k;
-    }
-    return 1;
+    return rn_recv_buffered(c->fd, &c->rb, dst, n, RC_RBUF_DIRECT);
 }
 
 /* Receives one reply frame into c->in. */
@@ -562,7 +541,7 @@ em_status em_remote_connect(const char *addr, const char *token, em_device *out)
     c->index = idx;
     c->fd = fd;
     c->state = RC_LIVE;
-    c->rbuf = rbuf;
+    c->rb = (rn_rbuf){rbuf, RC_RBUF, 0, 0};
     c->wl = wl;
     atomic_store(&rc_nconns, idx + 1); /* publishes the slot: remote:idx is present */
     pthread_mutex_unlock(&rc_global);
@@ -600,9 +579,8 @@ em_status em_remote_disconnect(em_device dev) {
     }
     rw_writer_free(&c->out);
     rn_frame_free(&c->in);
-    free(c->rbuf);
-    c->rbuf = NULL;
-    c->rpos = c->rlen = 0;
+    free(c->rb.buf);
+    c->rb = (rn_rbuf){0};
     pthread_mutex_unlock(&c->mu);
     return s;
 }

@@ -203,6 +203,32 @@ int rn_recv_all(int fd, void *p, size_t n) {
     return 1;
 }
 
+int rn_recv_buffered(int fd, rn_rbuf *rb, void *dst, size_t n, size_t direct) {
+    char *d = dst;
+    while (n) {
+        if (rb->pos < rb->len) {
+            size_t k = rb->len - rb->pos < n ? rb->len - rb->pos : n;
+            if (d) {
+                memcpy(d, rb->buf + rb->pos, k);
+                d += k;
+            }
+            rb->pos += k;
+            n -= k;
+            continue;
+        }
+        if (d && n >= direct) return rn_recv_all(fd, d, n);
+        ssize_t k = recv(fd, rb->buf, rb->cap, 0);
+        if (k == 0) return 0;
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        rb->pos = 0;
+        rb->len = (size_t)k;
+    }
+    return 1;
+}
+
 int rn_discard(int fd, uint64_t n) {
     char tmp[16384];
     while (n) {

@@ -31,6 +31,16 @@ int rn_send_all(int fd, const void *p, size_t n);
 int rn_send2(int fd, const void *a, size_t an, const void *b, size_t bn);
 /** Receives exactly n bytes: 1, 0 on EOF (before or within), -1 on error (errno). */
 int rn_recv_all(int fd, void *p, size_t n);
+/** A receive buffer over a stream: bytes received and not yet consumed are buf[pos..len). */
+typedef struct rn_rbuf {
+    uint8_t *buf;
+    size_t cap, pos, len;
+} rn_rbuf;
+/** Receives exactly n bytes into dst through rb (dst NULL: consumes and drops them), so that
+ *  small messages that arrive together cost one recv; once what rb holds is used up, a rest
+ *  of at least `direct` bytes for a non-NULL dst is received straight into it. 1, 0 on EOF,
+ *  -1 on error (errno). */
+int rn_recv_buffered(int fd, rn_rbuf *rb, void *dst, size_t n, size_t direct);
 /** Reads and discards n bytes: 1, 0 on EOF, -1 on error. */
 int rn_discard(int fd, uint64_t n);
 

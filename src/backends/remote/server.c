@@ -49,8 +49,8 @@ typedef struct rs_conn {
     rn_frame in;
     uint8_t *tmp; /* read staging for device-memory backends */
     size_t tmp_cap;
-    uint8_t rbuf[RS_RBUF]; /* received, not yet consumed: rbuf[rpos..rlen) */
-    size_t rpos, rlen;
+    rn_rbuf rb;             /* received, not yet consumed (over rbuf) */
+    uint8_t rbuf[RS_RBUF];
 } rs_conn;
 
 struct rs_server {
@@ -136,29 +136,7 @@ static bool rs_lookup(void *conn, uint64_t id, void **buf, size_t *bytes) {
 
 /* Receives exactly n bytes into dst (NULL: discards them). 1, 0 on EOF, -1 on error. */
 static int rs_recv(rs_conn *c, void *dst, size_t n) {
-    char *d = dst;
-    while (n) {
-        if (c->rpos < c->rlen) {
-            size_t k = c->rlen - c->rpos < n ? c->rlen - c->rpos : n;
-            if (d) {
-                memcpy(d, c->rbuf + c->rpos, k);
-                d += k;
-            }
-            c->rpos += k;
-            n -= k;
-            continue;
-        }
-        if (d && n >= RS_RBUF / 4) return rn_recv_all(c->fd, d, n);
-        ssize_t k = recv(c->fd, c->rbuf, RS_RBUF, 0);
-        if (k == 0) return 0;
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        c->rpos = 0;
-        c->rlen = (size_t)k;
-    }
-    return 1;
+    return rn_recv_buffered(c->fd, &c->rb, dst, n, RS_RBUF / 4);
 }
 
 /* ---- replies and errors ---- */
@@ -601,6 +579,7 @@ static void *rs_accept_main(void *arg) {
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         if (c) {
+            c->rb = (rn_rbuf){c->rbuf, RS_RBUF, 0, 0};
             c->srv = srv;
             c->fd = fd;
             c->serial = ++srv->serial;
