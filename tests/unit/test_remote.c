@@ -434,6 +434,40 @@ static void test_replies_cut_anyhow(void **state) {
     close(f.lfd);
 }
 
+/* A server hosting cpu gives the memory its caching allocator kept for a client back when
+ * the last client leaves: its memory returns to where it was, not to a high-water mark. */
+static void test_cache_drained_when_clients_leave(void **state) {
+    (void)state;
+    em_device cpu = {EM_BACKEND_CPU, 0, false, EM_CKPT_NONE};
+    rs_config cfg = {.listen = "127.0.0.1:0", .token = TOKEN, .max_bytes = 1u << 30};
+    cfg.device = cpu;
+    rs_server *s = NULL;
+    assert_int_equal(rs_start(&cfg, &s), EM_OK);
+    char a[64];
+    snprintf(a, sizeof a, "127.0.0.1:%d", rs_port(s));
+    for (int round = 0; round < 2; round++) {
+        em_device dev;
+        assert_int_equal(em_remote_connect(a, TOKEN, &dev), EM_OK);
+        const int64_t shape[2] = {1024, 1024}; /* 4 MiB a tensor */
+        em_tensor *x = NULL, *y = NULL;
+        assert_int_equal(em_rand_uniform(shape, 2, EM_F32, 0, 1, 1, dev, &x), EM_OK);
+        assert_int_equal(em_exp(x, &y), EM_OK);
+        assert_int_equal(em_remote_sync(dev), EM_OK);
+        em_tensor_release(x);
+        em_tensor_release(y);
+        assert_int_equal(em_remote_disconnect(dev), EM_OK);
+        wait_idle(s);
+        em_memory_stats ms = {0};
+        for (int i = 0; i < 500; i++) { /* the connection's thread drains after it frees */
+            assert_int_equal(em_device_memory(cpu, &ms), EM_OK);
+            if (ms.bytes_cached == 0) break;
+            usleep(10000);
+        }
+        assert_int_equal(ms.bytes_cached, 0);
+    }
+    rs_stop(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fake_servers),
@@ -442,6 +476,7 @@ int main(void) {
         cmocka_unit_test(test_pipelined_error),
         cmocka_unit_test(test_wrong_token_and_bad_args),
         cmocka_unit_test(test_limits_and_autodiff),
+        cmocka_unit_test(test_cache_drained_when_clients_leave),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

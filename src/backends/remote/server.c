@@ -512,6 +512,13 @@ static void *rs_conn_main(void *arg) {
     /* everything the client left is freed */
     for (size_t i = 0; i < c->tcap; i++)
         if (c->tab[i].state == 1) rs_release(c, &c->tab[i]);
+    /* and when no client is left, so is what the device's allocator kept for reuse: the
+     * server's memory returns to where it started, not to the last client's high water */
+    if (c->authed && atomic_load(&srv->clients) == 0 && srv->host.ops->memory_release) {
+        rs_host_lock(c);
+        srv->host.ops->memory_release(srv->host.ctx);
+        rs_host_unlock(c);
+    }
     free(c->tab);
     rn_frame_free(&c->in);
     free(c->tmp);
