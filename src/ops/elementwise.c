@@ -172,15 +172,14 @@ static em_status binary_core(const char *fn, em_binary_op op, ew_kind k, const e
     EW_TRY(ew_output(fn, consumed, &ad, emi_result_device(ins, 2),
                      binary_out_dtype(op, a->dtype), shape, rank, &o));
     if (emi_numel(shape, rank) > 0) {
+        /* equal shapes the kernel can read as they are need no operand views */
         const em_view *va = &a->v, *vb = &b->v;
+        em_view sa, sb;
         if (!same || !ew_direct(a) || !ew_direct(b)) {
-            em_view sa, sb;
             EW_TRY(emi_operand(fn, a, shape, rank, &sa, &va, &ta));
             EW_TRY(emi_operand(fn, b, shape, rank, &sb, &vb, &tb));
-            EW_TRY(ops->binary(a->st->ctx, op, &o->v, va, vb));
-        } else {
-            EW_TRY(ops->binary(a->st->ctx, op, &o->v, va, vb));
         }
+        EW_TRY(ops->binary(a->st->ctx, op, &o->v, va, vb));
     }
     if (!plain) EW_TRY(emi_ad_end(&ad, emi_rules_binary[op], ins, 2, o, &op, sizeof op));
 done:
