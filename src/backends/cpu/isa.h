@@ -2,9 +2,9 @@
  * isa.h — the instruction-set levels of the cpu backend (isa.c), without the rest of cpu.h
  * (ember-info and the tests include it).
  *
- * The hot loops (elementwise.c, compare.c, reduce.c, nn.c, conv.c, with kernels.c's table) are
- * compiled once per level, each copy with its level's compiler flags and its level's name as a
- * suffix of its entry points (CPU_K); conv.c has no avx2 copy (the portable one serves, see
+ * The hot loops (elementwise.c, unary.c, compare.c, reduce.c, nn.c, conv.c, with kernels.c's
+ * table) are compiled once per level, each copy with its level's compiler flags and its level's
+ * name as a suffix of its entry points (CPU_K); conv.c has no avx2 copy (the portable one serves, see
  * kernels.c). The backend picks one level when it is first used, from the CPU and the
  * environment variable EMBER_CPU_ISA:
  *   - unset, empty or `auto`: the best level the CPU (and this build) supports;
