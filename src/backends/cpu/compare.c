@@ -144,7 +144,7 @@ em_status CPU_K(cpu_where)(void *ctx, const em_view *out, const em_view *cond,
     bool fast = (out->dtype == EM_F32 || out->dtype == EM_F64) && a->dtype == out->dtype &&
                 b->dtype == out->dtype && cond->dtype == EM_BOOL && cpu_contiguous(out) &&
                 cpu_contiguous(cond) && cpu_numel(cond) == n && ka >= 0 && kb >= 0;
-    if (!fast) return cpu_ref()->where(ctx, out, cond, a, b);
+    if (!fast) return CPU_FALLBACK(CPU_FB_WHERE, out->dtype, where, ctx, out, cond, a, b);
     where_job j = {cpu_ptr(out), cpu_ptr(cond), cpu_ptr(a), cpu_ptr(b), ka, kb, out->dtype};
     cpu_parallel_for(n, CMP_GRAIN, where_range, &j);
     return EM_OK;

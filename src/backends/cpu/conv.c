@@ -756,7 +756,7 @@ em_status CPU_K(cpu_conv2d)(void *ctx, const em_view *out, const em_view *x, con
                             const em_view *bias, const em_conv_args *a) {
     if (!fast_dtype(out->dtype) || !cpu_contiguous(out) || cpu_numel(out) == 0 ||
         w->shape[1] == 0)
-        return cpu_ref()->conv2d(ctx, out, x, w, bias, a);
+        return CPU_FALLBACK(CPU_FB_CONV2D, out->dtype, conv2d, ctx, out, x, w, bias, a);
     geom q = geom_of(x, out, w->shape[2], w->shape[3], w->shape[1], a);
     inputs in;
     em_status s = contig_inputs(&in, x, w, bias);
@@ -776,7 +776,8 @@ em_status CPU_K(cpu_conv2d_weight_grad)(void *ctx, const em_view *gw, const em_v
                                         const em_view *gy, const em_conv_args *a) {
     if (!fast_dtype(gw->dtype) || !cpu_contiguous(gw) || cpu_numel(gw) == 0 ||
         cpu_numel(gy) == 0)
-        return cpu_ref()->conv2d_weight_grad(ctx, gw, x, gy, a);
+        return CPU_FALLBACK(CPU_FB_CONV2D_WGRAD, gw->dtype, conv2d_weight_grad, ctx, gw, x, gy,
+                            a);
     const em_dtype dt = gw->dtype;
     const size_t elem = em_dtype_size(dt);
     geom q = geom_of(x, gy, gw->shape[2], gw->shape[3], gw->shape[1], a);
@@ -868,7 +869,8 @@ em_status CPU_K(cpu_conv_transpose2d)(void *ctx, const em_view *out, const em_vi
                                       const em_conv_args *a) {
     if (!fast_dtype(out->dtype) || !cpu_contiguous(out) || cpu_numel(out) == 0 ||
         cpu_numel(x) == 0 || w->shape[1] == 0)
-        return cpu_ref()->conv_transpose2d(ctx, out, x, w, bias, a);
+        return CPU_FALLBACK(CPU_FB_CONV_T2D, out->dtype, conv_transpose2d, ctx, out, x, w, bias,
+                            a);
     inputs in;
     em_status s = contig_inputs(&in, x, w, bias);
     if (s == EM_OK) {

@@ -11,6 +11,7 @@ static em_status cpu_open(int index, void **ctx) {
     if (index != 0) return em_backend_set_error(EM_ERR_DEVICE, "cpu: no device %d", index);
     cpu_isa();     /* choose the kernels' instruction set once (isa.c) */
     cpu_threads(); /* start the pool (and size OpenBLAS) once */
+    cpu_fallback_init(); /* EMBER_REPORT_FALLBACKS */
     *ctx = &cpu_ctx_token;
     return EM_OK;
 }
@@ -87,7 +88,8 @@ static bool float_cast(em_dtype to, em_dtype from) {
 }
 
 em_status cpu_copy(void *ctx, const em_view *out, const em_view *in) {
-    if (!cpu_contiguous(out) || !cpu_contiguous(in)) return cpu_ref()->copy(ctx, out, in);
+    if (!cpu_contiguous(out) || !cpu_contiguous(in))
+        return CPU_FALLBACK(CPU_FB_COPY, out->dtype, copy, ctx, out, in);
     if (out->dtype == in->dtype) {
         copy_job j = {cpu_ptr(out), cpu_ptr(in), em_dtype_size(in->dtype)};
         cpu_parallel_for(cpu_numel(out), 1 << 18, copy_range, &j);
@@ -98,7 +100,7 @@ em_status cpu_copy(void *ctx, const em_view *out, const em_view *in) {
         cpu_parallel_for(cpu_numel(out), 1 << 15, cast_range, &j);
         return EM_OK;
     }
-    return cpu_ref()->copy(ctx, out, in);
+    return CPU_FALLBACK(CPU_FB_COPY, out->dtype, copy, ctx, out, in);
 }
 
 em_status cpu_contig_input(const em_view *in, em_view *out, void **tmp) {
@@ -115,7 +117,7 @@ em_status cpu_contig_input(const em_view *in, em_view *out, void **tmp) {
         out->strides[d] = s;
         s *= in->shape[d];
     }
-    em_status st = cpu_ref()->copy(NULL, out, in);
+    em_status st = cpu_copy(NULL, out, in);
     if (st != EM_OK) {
         cpu_scratch_free(p);
         return st;
@@ -150,7 +152,7 @@ em_status cpu_fill(void *ctx, const em_view *out, double value) {
         cpu_parallel_for(cpu_numel(out), 1 << 16, fill_range, &j);
         return EM_OK;
     }
-    return cpu_ref()->fill(ctx, out, value);
+    return CPU_FALLBACK(CPU_FB_FILL, out->dtype, fill, ctx, out, value);
 }
 
 const em_backend_ops em_cpu_backend_ops = {
@@ -186,5 +188,12 @@ const em_backend_ops em_cpu_backend_ops = {
     .avg_pool2d = cpu_avg_pool2d,
     .avg_pool2d_backward = cpu_avg_pool2d_backward,
     .layer_norm = cpu_layer_norm,
-    /* kernels left NULL are served by ref's (see em_backend_get) */
+    /* fallback.c: ref's kernels, counted (fallback.h) */
+    .arange = cpu_arange,
+    .random = cpu_random,
+    .cumsum = cpu_cumsum,
+    .index_select = cpu_index_select,
+    .sort = cpu_sort,
+    .adaptive_avg_pool2d = cpu_adaptive_avg_pool2d,
+    .adaptive_avg_pool2d_backward = cpu_adaptive_avg_pool2d_backward,
 };

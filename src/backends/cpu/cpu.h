@@ -27,6 +27,7 @@
  * backend is first used, and the backend's slots (cpu_unary, ...) call through it: one
  * indirect call per kernel call, nothing per element. */
 #include "isa.h"
+#include "fallback.h"
 
 #ifdef CPU_ISA_LEVEL
 #define CPU_K(name) CPU_K_(name, CPU_ISA_SUFFIX)
@@ -118,6 +119,17 @@ em_status cpu_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *g
                                   const em_pool_args *a);
 em_status cpu_layer_norm(void *ctx, const em_view *out, const em_view *x, const em_view *weight,
                          const em_view *bias, int64_t norm_numel, double eps);
+/* fallback.c: the slots left to ref (counted, see fallback.h) */
+em_status cpu_arange(void *ctx, const em_view *out, double start, double step);
+em_status cpu_random(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
+                     const double *params);
+em_status cpu_cumsum(void *ctx, const em_view *out, const em_view *in, int dim);
+em_status cpu_index_select(void *ctx, const em_view *out, const em_view *in, int dim,
+                           const em_view *index);
+em_status cpu_sort(void *ctx, const em_view *values, const em_view *indices, const em_view *in,
+                   int dim, bool descending);
+em_status cpu_adaptive_avg_pool2d(void *ctx, const em_view *out, const em_view *x);
+em_status cpu_adaptive_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy);
 /* index.c */
 em_status cpu_gather(void *ctx, const em_view *out, const em_view *in, int dim,
                      const em_view *index);

@@ -135,7 +135,7 @@ em_status CPU_K(cpu_binary)(void *ctx, em_binary_op op, const em_view *out, cons
         return EM_OK;
     }
     if (CPU_K(cpu_compare)(op, out, a, b)) return EM_OK;
-    return cpu_ref()->binary(ctx, op, out, a, b);
+    return CPU_FALLBACK(CPU_FB_BINARY, out->dtype, binary, ctx, op, out, a, b);
 }
 
 typedef struct scalar_job {
@@ -159,7 +159,7 @@ em_status CPU_K(cpu_binary_scalar)(void *ctx, em_binary_op op, const em_view *ou
     bool fast = (a->dtype == EM_F32 || a->dtype == EM_F64) && out->dtype == a->dtype &&
                 op <= EM_BIN_MIN && cpu_contiguous(out) && cpu_contiguous(a);
     if (!fast && CPU_K(cpu_compare_scalar)(op, out, a, s)) return EM_OK;
-    if (!fast) return cpu_ref()->binary_scalar(ctx, op, out, a, s);
+    if (!fast) return CPU_FALLBACK(CPU_FB_BINARY_SCALAR, out->dtype, binary_scalar, ctx, op, out, a, s);
     scalar_job j = {op, cpu_ptr(out), cpu_ptr(a), a->dtype, s};
     cpu_parallel_for(cpu_numel(out), CPU_GRAIN, scalar_range, &j);
     return EM_OK;

@@ -89,7 +89,7 @@ em_status cpu_gather(void *ctx, const em_view *out, const em_view *in, int dim,
                      const em_view *index) {
     idx_job j;
     if (!idx_fast(out, in, index, dim, &j) || index->shape[dim] != out->shape[dim])
-        return cpu_ref()->gather(ctx, out, in, dim, index);
+        return CPU_FALLBACK(CPU_FB_GATHER, out->dtype, gather, ctx, out, in, dim, index);
     int64_t outer = idx_outer(out, dim);
     int64_t grain = (1 << 14) / (j.lidx * j.inner + 1) + 1;
     cpu_parallel_for(outer, grain, gather_range, &j);
@@ -100,7 +100,7 @@ em_status cpu_scatter_add(void *ctx, const em_view *out, int dim, const em_view 
                           const em_view *src) {
     idx_job j;
     if (!idx_fast(out, src, index, dim, &j) || src->shape[dim] < index->shape[dim])
-        return cpu_ref()->scatter_add(ctx, out, dim, index, src);
+        return CPU_FALLBACK(CPU_FB_SCATTER_ADD, out->dtype, scatter_add, ctx, out, dim, index, src);
     int64_t outer = idx_outer(out, dim);
     int64_t grain = (1 << 14) / (j.lidx * j.inner + 1) + 1;
     cpu_parallel_for(outer, grain, scatter_range, &j);

@@ -71,7 +71,7 @@ static em_status to_f32(const em_view *v, em_view *f, void **tmp) {
     *tmp = cpu_scratch((size_t)s * sizeof(float));
     if (!*tmp) return em_backend_set_error(EM_ERR_NOMEM, "cpu: out of memory");
     f->buf = *tmp;
-    em_status st = cpu_ref()->copy(NULL, f, v);
+    em_status st = cpu_copy(NULL, f, v);
     if (st != EM_OK) cpu_scratch_free(*tmp);
     return st;
 }
@@ -257,7 +257,7 @@ static em_status matmul_int(const em_view *out, const em_view *a, const em_view 
 
 em_status cpu_matmul(void *ctx, const em_view *out, const em_view *a, const em_view *b) {
     if (out->rank < 2 || !cpu_contiguous(out))
-        return cpu_ref()->matmul(ctx, out, a, b);
+        return CPU_FALLBACK(CPU_FB_MATMUL, out->dtype, matmul, ctx, out, a, b);
     if (out->dtype == EM_F32 || out->dtype == EM_F64) return matmul_blas(out, a, b);
     if (out->dtype == EM_F16 || out->dtype == EM_BF16) {
         /* through f32: convert the operands, multiply, round the result once */
@@ -275,7 +275,7 @@ em_status cpu_matmul(void *ctx, const em_view *out, const em_view *a, const em_v
             fo.offset = 0;
             s = matmul_blas(&fo, &fa, &fb);
         }
-        if (s == EM_OK) s = cpu_ref()->copy(ctx, out, &fo);
+        if (s == EM_OK) s = cpu_copy(ctx, out, &fo);
         if (ta) cpu_scratch_free(ta);
         if (tb) cpu_scratch_free(tb);
         if (to) cpu_scratch_free(to);
@@ -284,5 +284,5 @@ em_status cpu_matmul(void *ctx, const em_view *out, const em_view *a, const em_v
     if (out->dtype == EM_I64 || out->dtype == EM_I32 || out->dtype == EM_I16 ||
         out->dtype == EM_I8 || out->dtype == EM_U8)
         return matmul_int(out, a, b);
-    return cpu_ref()->matmul(ctx, out, a, b);
+    return CPU_FALLBACK(CPU_FB_MATMUL, out->dtype, matmul, ctx, out, a, b);
 }

@@ -208,7 +208,7 @@ em_status CPU_K(cpu_max_pool2d)(void *ctx, const em_view *out, const em_view *in
                                 const em_view *x, const em_pool_args *a) {
     bool fast = pool_fast(out, x) && (!indices || (indices->dtype == EM_I64 &&
                                                    cpu_contiguous(indices)));
-    if (!fast || cpu_numel(x) == 0) return cpu_ref()->max_pool2d(ctx, out, indices, x, a);
+    if (!fast || cpu_numel(x) == 0) return CPU_FALLBACK(CPU_FB_MAX_POOL2D, out->dtype, max_pool2d, ctx, out, indices, x, a);
     if (cpu_numel(out) == 0) return EM_OK;
     em_view cv;
     void *tmp;
@@ -321,7 +321,7 @@ static void avgpool_range(int64_t lo, int64_t hi, void *arg) {
 
 em_status CPU_K(cpu_avg_pool2d)(void *ctx, const em_view *out, const em_view *x,
                                 const em_pool_args *a) {
-    if (!pool_fast(out, x) || cpu_numel(x) == 0) return cpu_ref()->avg_pool2d(ctx, out, x, a);
+    if (!pool_fast(out, x) || cpu_numel(x) == 0) return CPU_FALLBACK(CPU_FB_AVG_POOL2D, out->dtype, avg_pool2d, ctx, out, x, a);
     if (cpu_numel(out) == 0) return EM_OK;
     em_view cv;
     void *tmp;
@@ -411,7 +411,7 @@ static void avgpool_bwd_range(int64_t lo, int64_t hi, void *arg) {
 em_status CPU_K(cpu_avg_pool2d_backward)(void *ctx, const em_view *gx, const em_view *gy,
                                          const em_pool_args *a) {
     if (!pool_fast(gx, gy) || cpu_numel(gy) == 0)
-        return cpu_ref()->avg_pool2d_backward(ctx, gx, gy, a);
+        return CPU_FALLBACK(CPU_FB_AVG_POOL2D_BWD, gx->dtype, avg_pool2d_backward, ctx, gx, gy, a);
     if (cpu_numel(gx) == 0) return EM_OK;
     em_view cv;
     void *tmp;
@@ -502,7 +502,9 @@ em_status CPU_K(cpu_layer_norm)(void *ctx, const em_view *out, const em_view *x,
     bool fast = (dt == EM_F32 || dt == EM_F64) && out->dtype == dt && norm_numel > 0 &&
                 cpu_contiguous(out) && cpu_numel(out) == cpu_numel(x) &&
                 ln_param_ok(weight, dt, norm_numel) && ln_param_ok(bias, dt, norm_numel);
-    if (!fast) return cpu_ref()->layer_norm(ctx, out, x, weight, bias, norm_numel, eps);
+    if (!fast)
+        return CPU_FALLBACK(CPU_FB_LAYER_NORM, out->dtype, layer_norm, ctx, out, x, weight, bias,
+                            norm_numel, eps);
     const int64_t rows = cpu_numel(x) / norm_numel;
     if (rows == 0) return EM_OK;
     em_view cv;

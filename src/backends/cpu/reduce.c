@@ -555,7 +555,8 @@ em_status CPU_K(cpu_reduce)(void *ctx, em_reduce_op op, const em_view *out, cons
         len = in->shape[dim];
         for (int d = dim + 1; d < in->rank; d++) inner *= in->shape[d];
     }
-    if (!fast || len == 0) return cpu_ref()->reduce(ctx, op, out, in, dim, params);
+    if (!fast || len == 0)
+        return CPU_FALLBACK(CPU_FB_REDUCE, in->dtype, reduce, ctx, op, out, in, dim, params);
     if (outer == 0 || inner == 0) return EM_OK;
 
     em_view cv;
@@ -716,7 +717,7 @@ em_status CPU_K(cpu_softmax)(void *ctx, const em_view *out, const em_view *in, i
     const em_dtype dt = in->dtype;
     bool fast = (dt == EM_F32 || dt == EM_F64) && out->dtype == dt && cpu_contiguous(out) &&
                 dim >= 0 && dim < in->rank;
-    if (!fast) return cpu_ref()->softmax(ctx, out, in, dim, log);
+    if (!fast) return CPU_FALLBACK(CPU_FB_SOFTMAX, out->dtype, softmax, ctx, out, in, dim, log);
     int64_t outer = 1, len = in->shape[dim], inner = 1;
     for (int d = 0; d < dim; d++) outer *= in->shape[d];
     for (int d = dim + 1; d < in->rank; d++) inner *= in->shape[d];

@@ -79,7 +79,7 @@ em_status CPU_K(cpu_unary)(void *ctx, em_unary_op op, const em_view *out, const 
                            const double *params) {
     bool fast = (in->dtype == EM_F32 || in->dtype == EM_F64) && out->dtype == in->dtype &&
                 op != EM_UN_LOGICAL_NOT && cpu_contiguous(in) && cpu_contiguous(out);
-    if (!fast) return cpu_ref()->unary(ctx, op, out, in, params);
+    if (!fast) return CPU_FALLBACK(CPU_FB_UNARY, out->dtype, unary, ctx, op, out, in, params);
     unary_job j = {op, cpu_ptr(out), cpu_ptr(in), in->dtype, params ? params[0] : 0,
                    params ? params[1] : 0};
     /* NaN clamps through: lo/hi compare false, like the ref kernel */

@@ -1,0 +1,136 @@
+/* fallback.c — the table of cases in which the cpu backend runs ref's kernels, their
+ * counters, and the kernels of the slots it leaves to ref (see fallback.h). */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "fallback.h"
+
+static const cpu_fb_case fb_cases[] = {
+    [CPU_FB_COPY] = {"copy", "casts to or from an integer or bool dtype, f64 <-> f16/bf16, and "
+                             "strided layouts (a non-contiguous input or output)", false, false},
+    [CPU_FB_FILL] = {"fill", "dtypes other than f32/f64, and strided outputs", false, false},
+    [CPU_FB_UNARY] = {"unary", "dtypes other than f32/f64, logical_not, and strided operands",
+                      false, false},
+    [CPU_FB_BINARY] = {"binary", "dtypes other than f32/f64 (comparisons: f32/f64 dense only), "
+                                 "and layouts whose last dim is strided or shorter than 8",
+                       false, false},
+    [CPU_FB_BINARY_SCALAR] = {"binary_scalar", "dtypes other than f32/f64, strided operands",
+                              false, false},
+    [CPU_FB_WHERE] = {"where", "dtypes other than f32/f64, a broadcast or strided condition, "
+                               "operands neither dense nor a single value",
+                      false, false},
+    [CPU_FB_REDUCE] = {"reduce", "dtypes other than f32/f64, strided inputs", false, false},
+    [CPU_FB_SOFTMAX] = {"softmax", "dtypes other than f32/f64, strided outputs", false, false},
+    [CPU_FB_MATMUL] = {"matmul", "a strided output, rank below 2, bool operands", false, false},
+    [CPU_FB_GATHER] = {"gather", "layouts and index shapes gather's loop does not handle", false,
+                       false},
+    [CPU_FB_SCATTER_ADD] = {"scatter_add", "layouts and index shapes scatter_add's loop does not "
+                                           "handle",
+                            false, false},
+    [CPU_FB_CONV2D] = {"conv2d", "dtypes other than f32/f64, strided outputs, empty tensors",
+                       false, false},
+    [CPU_FB_CONV2D_WGRAD] = {"conv2d_weight_grad", "dtypes other than f32/f64, strided outputs",
+                             false, false},
+    [CPU_FB_CONV_T2D] = {"conv_transpose2d", "dtypes other than f32/f64, strided outputs", false,
+                         false},
+    [CPU_FB_MAX_POOL2D] = {"max_pool2d", "dtypes other than f32/f64, strided operands", false,
+                           false},
+    [CPU_FB_AVG_POOL2D] = {"avg_pool2d", "dtypes other than f32/f64, strided operands", false,
+                           false},
+    [CPU_FB_AVG_POOL2D_BWD] = {"avg_pool2d_backward", "dtypes other than f32/f64, strided "
+                                                      "operands",
+                               false, false},
+    [CPU_FB_LAYER_NORM] = {"layer_norm", "dtypes other than f32/f64, parameters of another "
+                                         "layout",
+                           false, false},
+    [CPU_FB_ARANGE] = {"arange", "every case (creation: written once, no loop worth a kernel)",
+                       true, true},
+    [CPU_FB_RANDOM] = {"random", "every case (Philox streams must match ref's bit for bit)",
+                       true, true},
+    [CPU_FB_CUMSUM] = {"cumsum", "every case", true, false},
+    [CPU_FB_INDEX_SELECT] = {"index_select", "every case", true, false},
+    [CPU_FB_SORT] = {"sort", "every case (ref's stable merge sort)", true, true},
+    [CPU_FB_ADAPTIVE_AVG_POOL2D] = {"adaptive_avg_pool2d", "every case", true, false},
+    [CPU_FB_ADAPTIVE_AVG_POOL2D_BWD] = {"adaptive_avg_pool2d_backward", "every case", true,
+                                        false},
+};
+_Static_assert(sizeof fb_cases / sizeof fb_cases[0] == CPU_FB_COUNT,
+               "fallback.c: one row per cpu_fb value");
+
+static _Atomic uint64_t fb_counts[CPU_FB_COUNT][EM_DTYPE_COUNT];
+
+const cpu_fb_case *cpu_fallback_case(int c) {
+    return c >= 0 && c < CPU_FB_COUNT && fb_cases[c].slot ? &fb_cases[c] : NULL;
+}
+
+void cpu_fallback_hit(cpu_fb c, em_dtype dt) {
+    if ((int)c < 0 || c >= CPU_FB_COUNT || (int)dt < 0 || dt >= EM_DTYPE_COUNT) return;
+    atomic_fetch_add_explicit(&fb_counts[c][dt], 1, memory_order_relaxed);
+}
+
+uint64_t cpu_fallback_count(int c, em_dtype dt) {
+    if (c < 0 || c >= CPU_FB_COUNT || (int)dt < 0 || dt >= EM_DTYPE_COUNT) return 0;
+    return atomic_load_explicit(&fb_counts[c][dt], memory_order_relaxed);
+}
+
+void cpu_fallback_reset(void) {
+    for (int c = 0; c < CPU_FB_COUNT; c++)
+        for (int d = 0; d < EM_DTYPE_COUNT; d++)
+            atomic_store_explicit(&fb_counts[c][d], 0, memory_order_relaxed);
+}
+
+int cpu_fallback_print(FILE *f) {
+    int lines = 0;
+    for (int c = 0; c < CPU_FB_COUNT; c++)
+        for (int d = 0; d < EM_DTYPE_COUNT; d++) {
+            uint64_t n = cpu_fallback_count(c, (em_dtype)d);
+            if (!n) continue;
+            if (!lines++) fprintf(f, "ember: cpu kernels that ran ref's loops (EMBER_REPORT_FALLBACKS):\n");
+            fprintf(f, "ember:   %-28s %-5s %10llu  %s%s\n", fb_cases[c].slot,
+                    em_dtype_name((em_dtype)d), (unsigned long long)n, fb_cases[c].when,
+                    fb_cases[c].expected ? " [expected]" : "");
+        }
+    if (!lines) fprintf(f, "ember: cpu kernels that ran ref's loops: none\n");
+    return lines;
+}
+
+static void fb_print_at_exit(void) { cpu_fallback_print(stderr); }
+
+static void fb_init_once(void) {
+    const char *e = getenv("EMBER_REPORT_FALLBACKS");
+    if (e && *e && strcmp(e, "0") != 0) atexit(fb_print_at_exit);
+}
+
+#include <pthread.h>
+static pthread_once_t fb_once = PTHREAD_ONCE_INIT;
+void cpu_fallback_init(void) { pthread_once(&fb_once, fb_init_once); }
+
+/* ---- the slots the cpu backend leaves to ref: counted, then ref's kernel ---- */
+
+em_status cpu_arange(void *ctx, const em_view *out, double start, double step) {
+    return CPU_FALLBACK(CPU_FB_ARANGE, out->dtype, arange, ctx, out, start, step);
+}
+em_status cpu_random(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
+                     const double *params) {
+    return CPU_FALLBACK(CPU_FB_RANDOM, out->dtype, random, ctx, op, out, seed, params);
+}
+em_status cpu_cumsum(void *ctx, const em_view *out, const em_view *in, int dim) {
+    return CPU_FALLBACK(CPU_FB_CUMSUM, out->dtype, cumsum, ctx, out, in, dim);
+}
+em_status cpu_index_select(void *ctx, const em_view *out, const em_view *in, int dim,
+                           const em_view *index) {
+    return CPU_FALLBACK(CPU_FB_INDEX_SELECT, out->dtype, index_select, ctx, out, in, dim, index);
+}
+em_status cpu_sort(void *ctx, const em_view *values, const em_view *indices, const em_view *in,
+                   int dim, bool descending) {
+    return CPU_FALLBACK(CPU_FB_SORT, in->dtype, sort, ctx, values, indices, in, dim, descending);
+}
+em_status cpu_adaptive_avg_pool2d(void *ctx, const em_view *out, const em_view *x) {
+    return CPU_FALLBACK(CPU_FB_ADAPTIVE_AVG_POOL2D, out->dtype, adaptive_avg_pool2d, ctx, out, x);
+}
+em_status cpu_adaptive_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy) {
+    return CPU_FALLBACK(CPU_FB_ADAPTIVE_AVG_POOL2D_BWD, gx->dtype, adaptive_avg_pool2d_backward,
+                        ctx, gx, gy);
+}
