@@ -186,6 +186,51 @@ static void copy_row(void *ctx, char *const *p, const int64_t *s, int64_t n) {
 #undef STRIDED
 }
 
+/* m rows of one dtype (p/s: out, in) */
+static void copy_rows(void *ctx, char *const *p, const int64_t *s, int64_t n, const int64_t *s2,
+                      int64_t m) {
+    const copy_ctx *c = ctx;
+    const int64_t es = c->es;
+    if (s[0] == 1 && s[1] == 1) { /* rows contiguous in both: a permute that keeps the inner dim */
+#define ROWS(T)                                                                                \
+    do {                                                                                       \
+        for (int64_t r = 0; r < m; r++) {                                                      \
+            T *restrict o = (T *)(p[0] + r * s2[0] * es);                                      \
+            const T *restrict x = (const T *)(p[1] + r * s2[1] * es);                          \
+            for (int64_t i = 0; i < n; i++) o[i] = x[i];                                       \
+        }                                                                                      \
+    } while (0)
+        if (n * es > 1024) {
+            for (int64_t r = 0; r < m; r++)
+                memcpy(p[0] + r * s2[0] * es, p[1] + r * s2[1] * es, (size_t)(n * es));
+            return;
+        }
+        switch (es) {
+        case 1: ROWS(uint8_t); break;
+        case 2: ROWS(uint16_t); break;
+        case 4: ROWS(uint32_t); break;
+        default: ROWS(uint64_t); break;
+        }
+#undef ROWS
+        return;
+    }
+    for (int64_t r = 0; r < m; r++) {
+        char *q[2] = {p[0] + r * s2[0] * es, p[1] + r * s2[1] * es};
+        copy_row(ctx, q, s, n);
+    }
+}
+
+typedef struct rows_job {
+    cpu_iter it;
+    cpu_rows_fn rows;
+    void *ctx;
+} rows_job;
+
+static void rows_range(int64_t lo, int64_t hi, void *arg) {
+    rows_job *j = arg;
+    cpu_iter_rows(&j->it, lo, hi, j->rows, j->ctx);
+}
+
 /* one row with a cast */
 static void cast_row(void *ctx, char *const *p, const int64_t *s, int64_t n) {
     const copy_ctx *c = ctx;
@@ -325,7 +370,10 @@ em_status cpu_copy(void *ctx, const em_view *out, const em_view *in) {
     cpu_iter_init2(&j.it, out, in);
     if (out->dtype == in->dtype) {
         if (copy_transpose(&j.it, c.es)) return EM_OK;
-        j.row = copy_row;
+        rows_job rj = {j.it, copy_rows, &c};
+        int64_t rows = cpu_iter_rows_count(&j.it), inner = j.it.shape[j.it.rank - 1];
+        cpu_parallel_for(rows, (1 << 15) / inner + 1, rows_range, &rj);
+        return EM_OK;
     } else {
         j.row = cast_row;
     }

@@ -145,6 +145,58 @@ static inline void cpu_iter_range(const cpu_iter *it, int64_t lo, int64_t hi, cp
     }
 }
 
+/** Rows of rows: rows(ctx, p, s, n, s2, m) gets m rows of n elements, row k + 1 starting
+ *  s2[v] elements after row k in view v (dim rank-2 of the iteration; m = 1 and s2 = 0 at
+ *  rank 1). */
+typedef void (*cpu_rows_fn)(void *ctx, char *const *p, const int64_t *s, int64_t n,
+                            const int64_t *s2, int64_t m);
+
+static inline int64_t cpu_iter_rows_count(const cpu_iter *it) {
+    return it->numel ? it->numel / it->shape[it->rank - 1] : 0;
+}
+
+/** Calls rows() on the rows [lo, hi) (whole rows of the inner dim), a run along dim rank-2
+ *  at a time. */
+static inline void cpu_iter_rows(const cpu_iter *it, int64_t lo, int64_t hi, cpu_rows_fn rows,
+                                 void *ctx) {
+    const int r = it->rank, n = it->n;
+    int64_t s[CPU_ITER_MAX], s2[CPU_ITER_MAX], off[CPU_ITER_MAX], idx[EM_MAX_RANK];
+    char *p[CPU_ITER_MAX];
+    for (int k = 0; k < n; k++) {
+        s[k] = it->strides[k][r - 1];
+        s2[k] = r >= 2 ? it->strides[k][r - 2] : 0;
+        off[k] = 0;
+    }
+    if (lo >= hi) return;
+    if (r == 1) {
+        for (int k = 0; k < n; k++) p[k] = it->base[k];
+        rows(ctx, p, s, it->shape[0], s2, 1);
+        return;
+    }
+    const int64_t M = it->shape[r - 2];
+    int64_t j = lo % M, rest = lo / M;
+    for (int d = r - 3; d >= 0; d--) {
+        idx[d] = rest % it->shape[d];
+        rest /= it->shape[d];
+        for (int k = 0; k < n; k++) off[k] += idx[d] * it->strides[k][d];
+    }
+    for (;;) {
+        int64_t m = M - j;
+        if (m > hi - lo) m = hi - lo;
+        for (int k = 0; k < n; k++) p[k] = it->base[k] + (off[k] + j * s2[k]) * it->esz[k];
+        rows(ctx, p, s, it->shape[r - 1], s2, m);
+        lo += m;
+        if (lo >= hi) return;
+        j = 0;
+        for (int d = r - 3; d >= 0; d--) {
+            for (int k = 0; k < n; k++) off[k] += it->strides[k][d];
+            if (++idx[d] < it->shape[d]) break;
+            for (int k = 0; k < n; k++) off[k] -= it->strides[k][d] * it->shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 /* ---- element conversions with ref's semantics ---- */
 
 static inline bool cpu_is_float_dt(em_dtype dt) {
