@@ -203,6 +203,131 @@ static void bin_range(int64_t lo, int64_t hi, void *arg) {
     cpu_iter_range(&j->it, lo, hi, j->row, &j->c);
 }
 
+/* ---- short rows: blocks of whole rows as one vector ----
+ * When the inner rows are short (a channel broadcast [N,C,H,W] x [1,C,1,1] with small H*W, a
+ * row broadcast of 64 columns), the cost per row (the odometer, the op's switch, a vector
+ * loop's head and tail) outweighs the work. Then the iteration takes blocks of up to SB_MAX
+ * elements: mm consecutive rows of dim rank-2 of a dense output, each operand either dense
+ * over the block, one value, or gathered into a buffer, and the broadcast operands (stride 0
+ * over the outer dims) gathered once per thread and reused; each block is one vector op. */
+
+#define SB_MAX 4096
+#define SB_ROW 256 /* rows up to this long take blocks */
+
+typedef struct sb_job {
+    const cpu_iter *it;
+    em_binary_op op;
+    em_dtype dt;
+    int64_t n, M, mchunk, chunks;
+    bool inv[3]; /* operand k's block is the same for every unit */
+} sb_job;
+
+/* unit u's element offsets of each view, and its rows */
+static void sb_unit(const sb_job *j, int64_t u, int64_t *off, int64_t *mm) {
+    const cpu_iter *it = j->it;
+    const int r = it->rank;
+    int64_t c = u % j->chunks, rest = u / j->chunks, j0 = c * j->mchunk;
+    for (int k = 0; k < 3; k++) off[k] = j0 * it->strides[k][r - 2];
+    for (int d = r - 3; d >= 0; d--) {
+        int64_t idx = rest % it->shape[d];
+        rest /= it->shape[d];
+        for (int k = 0; k < 3; k++) off[k] += idx * it->strides[k][d];
+    }
+    *mm = j->M - j0 < j->mchunk ? j->M - j0 : j->mchunk;
+}
+
+#define SB_RANGE(T, SUFFIX, GATHER_ROW, DENSE)                                                  \
+    static void sb_range_##SUFFIX(int64_t lo, int64_t hi, void *arg) {                         \
+        const sb_job *j = arg;                                                                 \
+        const cpu_iter *it = j->it;                                                            \
+        const int r = it->rank;                                                                \
+        const int64_t n = j->n, es = (int64_t)em_dtype_size(j->dt);                            \
+        T g[3][SB_MAX], one[3];                                                                \
+        bool have[3] = {false, false, false};                                                  \
+        for (int64_t u = lo; u < hi; u++) {                                                    \
+            int64_t off[3], mm;                                                                \
+            sb_unit(j, u, off, &mm);                                                           \
+            const int64_t P = mm * n;                                                          \
+            const T *x[3];                                                                     \
+            bool vec[3];                                                                       \
+            for (int k = 1; k < 3; k++) {                                                      \
+                const int64_t s = it->strides[k][r - 1], s2 = it->strides[k][r - 2];           \
+                const char *p = it->base[k] + off[k] * es;                                     \
+                vec[k] = true;                                                                 \
+                if (s == 1 && s2 == n) {                                                       \
+                    x[k] = DENSE(k, p, P);                                                     \
+                } else if (s == 0 && s2 == 0) {                                                \
+                    GATHER_ROW(&one[k], p, 0, 1);                                              \
+                    x[k] = &one[k];                                                            \
+                    vec[k] = false;                                                            \
+                } else {                                                                       \
+                    x[k] = g[k];                                                               \
+                    if (have[k]) continue;                                                     \
+                    int64_t rows = j->inv[k] ? j->mchunk : mm;                                 \
+                    for (int64_t q = 0; q < rows; q++)                                         \
+                        GATHER_ROW(g[k] + q * n, p + q * s2 * es, s, n);                       \
+                    have[k] = j->inv[k];                                                       \
+                }                                                                              \
+            }                                                                                  \
+            char *po = it->base[0] + off[0] * es;                                              \
+            SB_COMPUTE_##SUFFIX                                                                \
+        }                                                                                      \
+    }
+
+/* f32 and half: compute in float; a dense half operand is converted into its buffer */
+static inline void sb_row_f32(em_dtype dt, float *d, const char *p, int64_t s, int64_t n) {
+    if (s == 0) {
+        float v = *cpu_blk_f32(dt, p, 0, 1, d);
+        for (int64_t i = 0; i < n; i++) d[i] = v;
+        return;
+    }
+    const float *x = cpu_blk_f32(dt, p, s, n, d);
+    if (x != d) memcpy(d, x, (size_t)n * sizeof *d);
+}
+#define SB_GATHER_F32(d, p, s, n) sb_row_f32(j->dt, (d), (p), (s), (n))
+#define SB_DENSE_F32(k, p, P)                                                                  \
+    (j->dt == EM_F32 ? (const float *)(p)                                                      \
+                     : (cpu_half_to_f32_n(j->dt, g[k], (const uint16_t *)(p), (P)), g[k]))
+#define SB_COMPUTE_f32                                                                         \
+    if (j->dt == EM_F32) {                                                                     \
+        bin_any_f32(j->op, (float *)po, x[1], vec[1], x[2], vec[2], P);                        \
+    } else {                                                                                   \
+        bin_any_f32(j->op, g[0], x[1], vec[1], x[2], vec[2], P);                               \
+        cpu_f32_to_half_n(j->dt, (uint16_t *)po, g[0], P);                                     \
+    }
+
+static inline void sb_row_f64(double *d, const char *p, int64_t s, int64_t n) {
+    const double *x = (const double *)p;
+    for (int64_t i = 0; i < n; i++) d[i] = x[i * s];
+}
+#define SB_GATHER_F64(d, p, s, n) sb_row_f64((d), (p), (s), (n))
+#define SB_DENSE_F64(k, p, P) ((const double *)(p))
+#define SB_COMPUTE_f64 bin_any_f64(j->op, (double *)po, x[1], vec[1], x[2], vec[2], P);
+
+SB_RANGE(float, f32, SB_GATHER_F32, SB_DENSE_F32)
+SB_RANGE(double, f64, SB_GATHER_F64, SB_DENSE_F64)
+
+/* The short-row plan when it applies: float dtypes, rank >= 2, rows of at most SB_ROW
+ * elements, out dense over its two inner dims. */
+static bool binary_short_rows(const cpu_iter *it, em_binary_op op, em_dtype dt) {
+    const int r = it->rank;
+    if (r < 2 || !cpu_is_float_dt(dt)) return false;
+    const int64_t n = it->shape[r - 1], M = it->shape[r - 2];
+    if (n > SB_ROW || it->strides[0][r - 1] != 1 || it->strides[0][r - 2] != n) return false;
+    sb_job j = {.it = it, .op = op, .dt = dt, .n = n, .M = M};
+    j.mchunk = SB_MAX / n < M ? SB_MAX / n : M;
+    j.chunks = (M + j.mchunk - 1) / j.mchunk;
+    for (int k = 1; k < 3; k++) {
+        bool inv = it->strides[k][r - 2] == 0 || j.chunks == 1;
+        for (int d = 0; d < r - 2; d++) inv = inv && it->strides[k][d] == 0;
+        j.inv[k] = inv;
+    }
+    int64_t units = it->numel / (n * M) * j.chunks;
+    int64_t grain = CPU_GRAIN / (j.mchunk * n) + 1;
+    cpu_parallel_for(units, grain, dt == EM_F64 ? sb_range_f64 : sb_range_f32, &j);
+    return true;
+}
+
 /* out = a op b for the arithmetic and logical ops, any layout; false when the dtypes are
  * not ones the core makes (out's differs from the operands'). */
 static bool binary_native(em_binary_op op, const em_view *out, const em_view *a,
@@ -223,6 +348,7 @@ static bool binary_native(em_binary_op op, const em_view *out, const em_view *a,
         j.row = bin_row_int;
     }
     if (cpu_is_float_dt(dt) && (op == EM_BIN_AND || op == EM_BIN_OR)) return false;
+    if (binary_short_rows(&j.it, op, dt)) return true;
     cpu_parallel_for(j.it.numel, CPU_GRAIN, bin_range, &j);
     return true;
 }
