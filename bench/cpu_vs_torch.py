@@ -202,14 +202,17 @@ def main():
         lib.em_tensor_release(ex)
         lib.em_tensor_release(em_mask)
 
-    for shape, name in (((8, 256, 8, 64), "permute(0,2,1,3)+contig [8,256,8,64]"),
-                        ((8, 8, 256, 64), "permute(0,2,1,3)+contig [8,8,256,64]")):
+    for shape, perm, name in (
+            ((8, 256, 8, 64), (0, 2, 1, 3), "permute(0,2,1,3)+contig [8,256,8,64]"),
+            ((8, 8, 256, 64), (0, 2, 1, 3), "permute(0,2,1,3)+contig [8,8,256,64]"),
+            ((32, 64, 28, 28), (0, 2, 3, 1), "permute(0,2,3,1)+contig [32,64,28,28]"),
+            ((2048, 2048), (1, 0), "transpose+contig [2048,2048]")):
         if not want(name):
             continue
         x = torch.rand(*shape)
         ex = em.tensor(x)
-        te, tt, _ = pair(lambda: em.permute_contiguous(ex, (0, 2, 1, 3)),
-                         lambda: x.permute(0, 2, 1, 3).contiguous(), args.rounds, 5)
+        te, tt, _ = pair(lambda: em.permute_contiguous(ex, perm),
+                         lambda: x.permute(*perm).contiguous(), args.rounds, 5)
         show(name, te, tt)
         lib.em_tensor_release(ex)
 
