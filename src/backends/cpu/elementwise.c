@@ -207,11 +207,11 @@ static void bin_range(int64_t lo, int64_t hi, void *arg) {
  * When the inner rows are short (a channel broadcast [N,C,H,W] x [1,C,1,1] with small H*W, a
  * row broadcast of 64 columns), the cost per row (the odometer, the op's switch, a vector
  * loop's head and tail) outweighs the work. Then the iteration takes blocks of up to SB_MAX
- * elements: mm consecutive rows of dim rank-2 of a dense output, each operand either dense
+ * elements (16 KiB of f64 a buffer on the stack): mm consecutive rows of dim rank-2 of a dense output, each operand either dense
  * over the block, one value, or gathered into a buffer, and the broadcast operands (stride 0
  * over the outer dims) gathered once per thread and reused; each block is one vector op. */
 
-#define SB_MAX 4096
+#define SB_MAX 2048
 #define SB_ROW 256 /* rows up to this long take blocks */
 
 typedef struct sb_job {
