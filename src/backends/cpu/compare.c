@@ -8,8 +8,8 @@
  * element size), with vector loops for rows whose strides are 0 or 1: the causal mask of
  * attention, a [T,T] condition over [B,H,T,T] with a broadcast fill value, is B*H rows of
  * T*T. The file is compiled once per instruction-set level (isa.h). */
-#include "blocks.h"
 #include "cpu.h"
+#include "shortrows.h"
 
 #define CMP_GRAIN (1 << 15)
 
@@ -68,9 +68,12 @@ typedef struct cmp_ctx {
     em_dtype dt; /* the operands' */
 } cmp_ctx;
 
-/* p/s: out (bool), a, b */
-static void cmp_row(void *ctx, char *const *p, const int64_t *s, int64_t n) {
-    const cmp_ctx *c = ctx;
+static bool unit_or_zero(int64_t s) { return s == 0 || s == 1; }
+
+/* p/s: out (bool), a, b; any strides and float dtypes, a block at a time (its buffers kept out
+ * of cmp_row's frame) */
+static __attribute__((noinline)) void cmp_row_blocked(const cmp_ctx *c, char *const *p,
+                                                       const int64_t *s, int64_t n) {
     const int64_t es = (int64_t)em_dtype_size(c->dt);
     uint8_t bo[CPU_BLK];
     for (int64_t i = 0; i < n; i += CPU_BLK) {
@@ -97,6 +100,23 @@ static void cmp_row(void *ctx, char *const *p, const int64_t *s, int64_t n) {
     }
 }
 
+static void cmp_row(void *ctx, char *const *p, const int64_t *s, int64_t n) {
+    const cmp_ctx *c = ctx;
+    if (s[0] == 1 && unit_or_zero(s[1]) && unit_or_zero(s[2])) {
+        if (c->dt == EM_F32) {
+            cmp_any_f32(c->op, (uint8_t *)p[0], (const float *)p[1], s[1] != 0,
+                        (const float *)p[2], s[2] != 0, n);
+            return;
+        }
+        if (c->dt == EM_F64) {
+            cmp_any_f64(c->op, (uint8_t *)p[0], (const double *)p[1], s[1] != 0,
+                        (const double *)p[2], s[2] != 0, n);
+            return;
+        }
+    }
+    cmp_row_blocked(c, p, s, n);
+}
+
 typedef struct iter_job {
     cpu_iter it;
     cpu_row_fn row;
@@ -108,6 +128,14 @@ static void iter_range(int64_t lo, int64_t hi, void *arg) {
     cpu_iter_range(&j->it, lo, hi, j->row, j->ctx);
 }
 
+/* short rows as blocks (shortrows.h) */
+#define CMP_SB_F32(j, po, x, vec, P, g0)                                                       \
+    cmp_any_f32((j)->op, (uint8_t *)(po), x[1], vec[1], x[2], vec[2], P)
+#define CMP_SB_F64(j, po, x, vec, P, g0)                                                       \
+    cmp_any_f64((j)->op, (uint8_t *)(po), x[1], vec[1], x[2], vec[2], P)
+CPU_SB_RANGE(cmp_sb_f32, float, CPU_SB_GATHER_F32, CPU_SB_DENSE_F32, CMP_SB_F32)
+CPU_SB_RANGE(cmp_sb_f64, double, CPU_SB_GATHER_F64, CPU_SB_DENSE_F64, CMP_SB_F64)
+
 bool CPU_K(cpu_compare)(em_binary_op op, const em_view *out, const em_view *a,
                         const em_view *b) {
     if (!is_cmp(op) || out->dtype != EM_BOOL || a->dtype != b->dtype) return false;
@@ -115,7 +143,11 @@ bool CPU_K(cpu_compare)(em_binary_op op, const em_view *out, const em_view *a,
     iter_job j = {.row = cmp_row, .ctx = &c};
     const em_view *vs[3] = {out, a, b};
     cpu_iter_init(&j.it, 3, vs);
-    if (j.it.numel) cpu_parallel_for(j.it.numel, CMP_GRAIN, iter_range, &j);
+    if (!j.it.numel) return true;
+    if (cpu_sb_run(&j.it, op, a->dtype, a->dtype == EM_F64 ? cmp_sb_f64 : cmp_sb_f32, CMP_GRAIN,
+                   cpu_parallel_for))
+        return true;
+    cpu_parallel_for(j.it.numel, CMP_GRAIN, iter_range, &j);
     return true;
 }
 

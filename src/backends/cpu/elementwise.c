@@ -12,8 +12,8 @@
  * compiled once per instruction-set level (isa.h); rows are split over the thread pool. */
 #include <math.h>
 
-#include "blocks.h"
 #include "cpu.h"
+#include "shortrows.h"
 
 #define CPU_GRAIN (1 << 15)
 
@@ -85,14 +85,10 @@ typedef struct bin_ctx {
 
 static bool unit_or_zero(int64_t s) { return s == 0 || s == 1; }
 
-/* One row of a float op (f32, f16, bf16 through f32). p/s: out, a, b. */
-static void bin_row_f32(void *ctx, char *const *p, const int64_t *s, int64_t n) {
-    const bin_ctx *c = ctx;
-    if (c->dt == EM_F32 && s[0] == 1 && unit_or_zero(s[1]) && unit_or_zero(s[2])) {
-        bin_any_f32(c->op, (float *)p[0], (const float *)p[1], s[1] != 0, (const float *)p[2],
-                    s[2] != 0, n);
-        return;
-    }
+/* One row of a float op (f32, f16, bf16 through f32), a block at a time (its buffers kept out
+ * of bin_row_f32's frame). p/s: out, a, b. */
+static __attribute__((noinline)) void bin_row_f32_blocked(const bin_ctx *c, char *const *p,
+                                                          const int64_t *s, int64_t n) {
     const int64_t es = (int64_t)em_dtype_size(c->dt);
     const bool direct = c->dt == EM_F32 && s[0] == 1;
     float ba[CPU_BLK], bb[CPU_BLK], bo[CPU_BLK];
@@ -106,13 +102,18 @@ static void bin_row_f32(void *ctx, char *const *p, const int64_t *s, int64_t n) 
     }
 }
 
-static void bin_row_f64(void *ctx, char *const *p, const int64_t *s, int64_t n) {
+static void bin_row_f32(void *ctx, char *const *p, const int64_t *s, int64_t n) {
     const bin_ctx *c = ctx;
-    if (s[0] == 1 && unit_or_zero(s[1]) && unit_or_zero(s[2])) {
-        bin_any_f64(c->op, (double *)p[0], (const double *)p[1], s[1] != 0,
-                    (const double *)p[2], s[2] != 0, n);
+    if (c->dt == EM_F32 && s[0] == 1 && unit_or_zero(s[1]) && unit_or_zero(s[2])) {
+        bin_any_f32(c->op, (float *)p[0], (const float *)p[1], s[1] != 0, (const float *)p[2],
+                    s[2] != 0, n);
         return;
     }
+    bin_row_f32_blocked(c, p, s, n);
+}
+
+static __attribute__((noinline)) void bin_row_f64_blocked(const bin_ctx *c, char *const *p,
+                                                          const int64_t *s, int64_t n) {
     double ba[CPU_BLK], bb[CPU_BLK], bo[CPU_BLK];
     for (int64_t i = 0; i < n; i += CPU_BLK) {
         int64_t m = n - i < CPU_BLK ? n - i : CPU_BLK;
@@ -122,6 +123,16 @@ static void bin_row_f64(void *ctx, char *const *p, const int64_t *s, int64_t n) 
         bin_any_f64(c->op, o, a, s[1] != 0, b, s[2] != 0, m);
         if (s[0] != 1) cpu_blk_st_f64(p[0] + i * s[0] * 8, s[0], bo, m);
     }
+}
+
+static void bin_row_f64(void *ctx, char *const *p, const int64_t *s, int64_t n) {
+    const bin_ctx *c = ctx;
+    if (s[0] == 1 && unit_or_zero(s[1]) && unit_or_zero(s[2])) {
+        bin_any_f64(c->op, (double *)p[0], (const double *)p[1], s[1] != 0,
+                    (const double *)p[2], s[2] != 0, n);
+        return;
+    }
+    bin_row_f64_blocked(c, p, s, n);
 }
 
 /* ---- integers and bool: int64 arithmetic wrapping like ref's ---- */
@@ -203,130 +214,22 @@ static void bin_range(int64_t lo, int64_t hi, void *arg) {
     cpu_iter_range(&j->it, lo, hi, j->row, &j->c);
 }
 
-/* ---- short rows: blocks of whole rows as one vector ----
- * When the inner rows are short (a channel broadcast [N,C,H,W] x [1,C,1,1] with small H*W, a
- * row broadcast of 64 columns), the cost per row (the odometer, the op's switch, a vector
- * loop's head and tail) outweighs the work. Then the iteration takes blocks of up to SB_MAX
- * elements (16 KiB of f64 a buffer on the stack): mm consecutive rows of dim rank-2 of a dense output, each operand either dense
- * over the block, one value, or gathered into a buffer, and the broadcast operands (stride 0
- * over the outer dims) gathered once per thread and reused; each block is one vector op. */
+/* ---- short rows as blocks (shortrows.h) ---- */
 
-#define SB_MAX 2048
-#define SB_ROW 256 /* rows up to this long take blocks */
-
-typedef struct sb_job {
-    const cpu_iter *it;
-    em_binary_op op;
-    em_dtype dt;
-    int64_t n, M, mchunk, chunks;
-    bool inv[3]; /* operand k's block is the same for every unit */
-} sb_job;
-
-/* unit u's element offsets of each view, and its rows */
-static void sb_unit(const sb_job *j, int64_t u, int64_t *off, int64_t *mm) {
-    const cpu_iter *it = j->it;
-    const int r = it->rank;
-    int64_t c = u % j->chunks, rest = u / j->chunks, j0 = c * j->mchunk;
-    for (int k = 0; k < 3; k++) off[k] = j0 * it->strides[k][r - 2];
-    for (int d = r - 3; d >= 0; d--) {
-        int64_t idx = rest % it->shape[d];
-        rest /= it->shape[d];
-        for (int k = 0; k < 3; k++) off[k] += idx * it->strides[k][d];
-    }
-    *mm = j->M - j0 < j->mchunk ? j->M - j0 : j->mchunk;
-}
-
-#define SB_RANGE(T, SUFFIX, GATHER_ROW, DENSE)                                                  \
-    static void sb_range_##SUFFIX(int64_t lo, int64_t hi, void *arg) {                         \
-        const sb_job *j = arg;                                                                 \
-        const cpu_iter *it = j->it;                                                            \
-        const int r = it->rank;                                                                \
-        const int64_t n = j->n, es = (int64_t)em_dtype_size(j->dt);                            \
-        T g[3][SB_MAX], one[3];                                                                \
-        bool have[3] = {false, false, false};                                                  \
-        for (int64_t u = lo; u < hi; u++) {                                                    \
-            int64_t off[3], mm;                                                                \
-            sb_unit(j, u, off, &mm);                                                           \
-            const int64_t P = mm * n;                                                          \
-            const T *x[3];                                                                     \
-            bool vec[3];                                                                       \
-            for (int k = 1; k < 3; k++) {                                                      \
-                const int64_t s = it->strides[k][r - 1], s2 = it->strides[k][r - 2];           \
-                const char *p = it->base[k] + off[k] * es;                                     \
-                vec[k] = true;                                                                 \
-                if (s == 1 && s2 == n) {                                                       \
-                    x[k] = DENSE(k, p, P);                                                     \
-                } else if (s == 0 && s2 == 0) {                                                \
-                    GATHER_ROW(&one[k], p, 0, 1);                                              \
-                    x[k] = &one[k];                                                            \
-                    vec[k] = false;                                                            \
-                } else {                                                                       \
-                    x[k] = g[k];                                                               \
-                    if (have[k]) continue;                                                     \
-                    int64_t rows = j->inv[k] ? j->mchunk : mm;                                 \
-                    for (int64_t q = 0; q < rows; q++)                                         \
-                        GATHER_ROW(g[k] + q * n, p + q * s2 * es, s, n);                       \
-                    have[k] = j->inv[k];                                                       \
-                }                                                                              \
-            }                                                                                  \
-            char *po = it->base[0] + off[0] * es;                                              \
-            SB_COMPUTE_##SUFFIX                                                                \
+#define BIN_SB_F32(j, po, x, vec, P, g0)                                                       \
+    do {                                                                                       \
+        if ((j)->dt == EM_F32) {                                                               \
+            bin_any_f32((j)->op, (float *)(po), x[1], vec[1], x[2], vec[2], P);                \
+        } else {                                                                               \
+            bin_any_f32((j)->op, g0, x[1], vec[1], x[2], vec[2], P);                           \
+            cpu_f32_to_half_n((j)->dt, (uint16_t *)(po), g0, P);                               \
         }                                                                                      \
-    }
+    } while (0)
+#define BIN_SB_F64(j, po, x, vec, P, g0)                                                       \
+    bin_any_f64((j)->op, (double *)(po), x[1], vec[1], x[2], vec[2], P)
 
-/* f32 and half: compute in float; a dense half operand is converted into its buffer */
-static inline void sb_row_f32(em_dtype dt, float *d, const char *p, int64_t s, int64_t n) {
-    if (s == 0) {
-        float v = *cpu_blk_f32(dt, p, 0, 1, d);
-        for (int64_t i = 0; i < n; i++) d[i] = v;
-        return;
-    }
-    const float *x = cpu_blk_f32(dt, p, s, n, d);
-    if (x != d) memcpy(d, x, (size_t)n * sizeof *d);
-}
-#define SB_GATHER_F32(d, p, s, n) sb_row_f32(j->dt, (d), (p), (s), (n))
-#define SB_DENSE_F32(k, p, P)                                                                  \
-    (j->dt == EM_F32 ? (const float *)(p)                                                      \
-                     : (cpu_half_to_f32_n(j->dt, g[k], (const uint16_t *)(p), (P)), g[k]))
-#define SB_COMPUTE_f32                                                                         \
-    if (j->dt == EM_F32) {                                                                     \
-        bin_any_f32(j->op, (float *)po, x[1], vec[1], x[2], vec[2], P);                        \
-    } else {                                                                                   \
-        bin_any_f32(j->op, g[0], x[1], vec[1], x[2], vec[2], P);                               \
-        cpu_f32_to_half_n(j->dt, (uint16_t *)po, g[0], P);                                     \
-    }
-
-static inline void sb_row_f64(double *d, const char *p, int64_t s, int64_t n) {
-    const double *x = (const double *)p;
-    for (int64_t i = 0; i < n; i++) d[i] = x[i * s];
-}
-#define SB_GATHER_F64(d, p, s, n) sb_row_f64((d), (p), (s), (n))
-#define SB_DENSE_F64(k, p, P) ((const double *)(p))
-#define SB_COMPUTE_f64 bin_any_f64(j->op, (double *)po, x[1], vec[1], x[2], vec[2], P);
-
-SB_RANGE(float, f32, SB_GATHER_F32, SB_DENSE_F32)
-SB_RANGE(double, f64, SB_GATHER_F64, SB_DENSE_F64)
-
-/* The short-row plan when it applies: float dtypes, rank >= 2, rows of at most SB_ROW
- * elements, out dense over its two inner dims. */
-static bool binary_short_rows(const cpu_iter *it, em_binary_op op, em_dtype dt) {
-    const int r = it->rank;
-    if (r < 2 || !cpu_is_float_dt(dt)) return false;
-    const int64_t n = it->shape[r - 1], M = it->shape[r - 2];
-    if (n > SB_ROW || it->strides[0][r - 1] != 1 || it->strides[0][r - 2] != n) return false;
-    sb_job j = {.it = it, .op = op, .dt = dt, .n = n, .M = M};
-    j.mchunk = SB_MAX / n < M ? SB_MAX / n : M;
-    j.chunks = (M + j.mchunk - 1) / j.mchunk;
-    for (int k = 1; k < 3; k++) {
-        bool inv = it->strides[k][r - 2] == 0 || j.chunks == 1;
-        for (int d = 0; d < r - 2; d++) inv = inv && it->strides[k][d] == 0;
-        j.inv[k] = inv;
-    }
-    int64_t units = it->numel / (n * M) * j.chunks;
-    int64_t grain = CPU_GRAIN / (j.mchunk * n) + 1;
-    cpu_parallel_for(units, grain, dt == EM_F64 ? sb_range_f64 : sb_range_f32, &j);
-    return true;
-}
+CPU_SB_RANGE(bin_sb_f32, float, CPU_SB_GATHER_F32, CPU_SB_DENSE_F32, BIN_SB_F32)
+CPU_SB_RANGE(bin_sb_f64, double, CPU_SB_GATHER_F64, CPU_SB_DENSE_F64, BIN_SB_F64)
 
 /* out = a op b for the arithmetic and logical ops, any layout; false when the dtypes are
  * not ones the core makes (out's differs from the operands'). */
@@ -348,7 +251,9 @@ static bool binary_native(em_binary_op op, const em_view *out, const em_view *a,
         j.row = bin_row_int;
     }
     if (cpu_is_float_dt(dt) && (op == EM_BIN_AND || op == EM_BIN_OR)) return false;
-    if (binary_short_rows(&j.it, op, dt)) return true;
+    if (cpu_sb_run(&j.it, op, dt, dt == EM_F64 ? bin_sb_f64 : bin_sb_f32, CPU_GRAIN,
+                   cpu_parallel_for))
+        return true;
     cpu_parallel_for(j.it.numel, CPU_GRAIN, bin_range, &j);
     return true;
 }
