@@ -429,10 +429,13 @@ em_status cpu_copy(void *ctx, const em_view *out, const em_view *in) {
     cpu_iter_init2(&j.it, out, in);
     if (out->dtype == in->dtype) {
         if (copy_transpose(&j.it, c.es)) return EM_OK;
-        rows_job rj = {j.it, copy_rows, &c};
         int64_t rows = cpu_iter_rows_count(&j.it), inner = j.it.shape[j.it.rank - 1];
-        cpu_parallel_for(rows, (1 << 15) / inner + 1, rows_range, &rj);
-        return EM_OK;
+        if (rows >= 4 * (int64_t)cpu_threads()) { /* whole rows a task, runs of them a call */
+            rows_job rj = {j.it, copy_rows, &c};
+            cpu_parallel_for(rows, (1 << 15) / inner + 1, rows_range, &rj);
+            return EM_OK;
+        }
+        j.row = copy_row; /* a few long rows: split inside them */
     } else {
         j.row = cast_row;
     }
