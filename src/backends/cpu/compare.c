@@ -222,6 +222,36 @@ WHERE_ROW(uint16_t, 2)
 WHERE_ROW(uint32_t, 4)
 WHERE_ROW(uint64_t, 8)
 
+/* m rows of `where` (cpu_iter_rows): one row function, no odometer between rows */
+typedef struct where_rows_ctx {
+    cpu_row_fn row;
+    int64_t es;
+} where_rows_ctx;
+
+static void where_rows(void *ctx, char *const *p, const int64_t *s, int64_t n, const int64_t *s2,
+                       int64_t m) {
+    const where_rows_ctx *w = ctx;
+    char *q[4];
+    for (int64_t r = 0; r < m; r++) {
+        q[0] = p[0] + r * s2[0] * w->es;
+        q[1] = p[1] + r * s2[1];
+        q[2] = p[2] + r * s2[2] * w->es;
+        q[3] = p[3] + r * s2[3] * w->es;
+        w->row(NULL, q, s, n);
+    }
+}
+
+typedef struct rows_job {
+    cpu_iter it;
+    cpu_rows_fn rows;
+    void *ctx;
+} rows_job;
+
+static void rows_range(int64_t lo, int64_t hi, void *arg) {
+    rows_job *j = arg;
+    cpu_iter_rows(&j->it, lo, hi, j->rows, j->ctx);
+}
+
 em_status CPU_K(cpu_where)(void *ctx, const em_view *out, const em_view *cond,
                            const em_view *a, const em_view *b) {
     size_t es = em_dtype_size(out->dtype);
@@ -235,6 +265,14 @@ em_status CPU_K(cpu_where)(void *ctx, const em_view *out, const em_view *cond,
                   .ctx = NULL};
     const em_view *vs[4] = {out, cond, a, b};
     cpu_iter_init(&j.it, 4, vs);
-    if (j.it.numel) cpu_parallel_for(j.it.numel, CMP_GRAIN, iter_range, &j);
+    if (!j.it.numel) return EM_OK;
+    int64_t inner = j.it.shape[j.it.rank - 1], rows = cpu_iter_rows_count(&j.it);
+    if (inner < 256 && rows >= 4 * (int64_t)cpu_threads()) { /* short rows: runs of rows */
+        where_rows_ctx wc = {j.row, (int64_t)es};
+        rows_job rj = {j.it, where_rows, &wc};
+        cpu_parallel_for(rows, CMP_GRAIN / inner + 1, rows_range, &rj);
+        return EM_OK;
+    }
+    cpu_parallel_for(j.it.numel, CMP_GRAIN, iter_range, &j);
     return EM_OK;
 }

@@ -109,10 +109,11 @@ static inline void cpu_iter_init2(cpu_iter *it, const em_view *a, const em_view 
 
 typedef void (*cpu_row_fn)(void *ctx, char *const *p, const int64_t *s, int64_t n);
 
-/** Calls row() on the rows of linear elements [lo, hi). */
-static inline void cpu_iter_range(const cpu_iter *it, int64_t lo, int64_t hi, cpu_row_fn row,
-                                  void *ctx) {
-    const int r = it->rank, n = it->n;
+/* cpu_iter_range for n views (a constant after inlining: the loops over views unroll) */
+static inline __attribute__((always_inline)) void
+cpu_iter_range_n(const cpu_iter *it, const int n, int64_t lo, int64_t hi, cpu_row_fn row,
+                 void *ctx) {
+    const int r = it->rank;
     const int64_t inner = it->shape[r - 1];
     int64_t idx[EM_MAX_RANK], off[CPU_ITER_MAX], s[CPU_ITER_MAX];
     char *p[CPU_ITER_MAX];
@@ -142,6 +143,17 @@ static inline void cpu_iter_range(const cpu_iter *it, int64_t lo, int64_t hi, cp
             for (int k = 0; k < n; k++) off[k] -= it->strides[k][d] * it->shape[d];
             idx[d] = 0;
         }
+    }
+}
+
+/** Calls row() on the rows of linear elements [lo, hi). */
+static inline void cpu_iter_range(const cpu_iter *it, int64_t lo, int64_t hi, cpu_row_fn row,
+                                  void *ctx) {
+    switch (it->n) {
+    case 1: cpu_iter_range_n(it, 1, lo, hi, row, ctx); break;
+    case 2: cpu_iter_range_n(it, 2, lo, hi, row, ctx); break;
+    case 3: cpu_iter_range_n(it, 3, lo, hi, row, ctx); break;
+    default: cpu_iter_range_n(it, 4, lo, hi, row, ctx); break;
     }
 }
 
