@@ -4,12 +4,14 @@
  * dims all views walk contiguously and leaves one inner row per step, with each operand's
  * stride along it (1, 0 for a broadcast, anything for a transposed or sliced view). f32/f64
  * rows with strides 0 and 1 run the vector loops below on the tensors themselves; other
- * strides are gathered, and f16/bf16 converted, a block at a time (blocks.h), so a channel
- * broadcast [N,C,H,W] x [1,C,1,1] is N*C rows of H*W against one value. f16/bf16 compute in
- * f32 and round once on store, as ref does (its double result rounded to float, then to the
- * dtype, is the float result for + - * / max min). Integer dtypes and bool compute in int64
- * with ref's wrapping, floor division and remainder. Comparisons go to compare.c. The file is
- * compiled once per instruction-set level (isa.h); rows are split over the thread pool. */
+ * strides are gathered, and f16/bf16 converted, a block at a time (blocks.h). A channel
+ * broadcast [N,C,H,W] x [1,C,1,1] is N*C rows of H*W against one value; rows of at most 256
+ * elements are taken as blocks of rows, one vector op a block (shortrows.h). f16/bf16
+ * compute in f32 and round once on store, as ref does (its double result rounded to float,
+ * then to the dtype, is the float result for + - * / max min). Integer dtypes and bool
+ * compute in int64 with ref's wrapping, floor division and remainder. Comparisons go to
+ * compare.c. The file is compiled once per instruction-set level (isa.h); rows are split
+ * over the thread pool. */
 #include <math.h>
 
 #include "cpu.h"
