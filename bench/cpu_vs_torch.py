@@ -13,7 +13,8 @@ here against Debian's libtorch-dev). From issue 13, the layouts of the models: m
 [8, 8, 256, 256] with a [256, 256] causal mask (broadcast), permute(0, 2, 1, 3) + contiguous of
 [8, 256, 8, 64] and its inverse (attention heads split and merged), [32, 64, 28, 28] times and
 plus [1, 64, 1, 1] (batch norm's scale and shift), and gelu of 16M floats.
---filter TEXT runs only the cases whose name contains TEXT.
+--filter TEXT runs only the cases whose name contains TEXT; --clock cpu times CPU time (one
+thread on a busy machine).
 
 PyTorch is timed twice for conv2d: "as it comes" (a fresh output each call, as a user's code
 runs it) and its best round; on machines where first touching a fresh page is slow, the
@@ -97,15 +98,18 @@ class Ember:
         self.lib.em_tensor_release(out)
 
 
+CLOCK = time.perf_counter  # --clock cpu: time.process_time (this process's CPU time)
+
+
 def timed(fn, reps):
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     for _ in range(reps):
         fn()
-    return (time.perf_counter() - t0) / reps
+    return (CLOCK() - t0) / reps
 
 
-def pair(a, b, rounds, reps):
-    """Median seconds of a and b, interleaved (one warm-up each)."""
+def rounds_of(a, b, rounds, reps):
+    """Seconds per call of a and b in each round, interleaved (one warm-up each)."""
     a(), b()
     ta, tb = [], []
     for r in range(rounds):
@@ -113,6 +117,12 @@ def pair(a, b, rounds, reps):
             tb.append(timed(b, reps)); ta.append(timed(a, reps))
         else:
             ta.append(timed(a, reps)); tb.append(timed(b, reps))
+    return ta, tb
+
+
+def pair(a, b, rounds, reps):
+    """Median seconds of a and b, interleaved (one warm-up each), and b's best round."""
+    ta, tb = rounds_of(a, b, rounds, reps)
     return statistics.median(ta), statistics.median(tb), min(tb)
 
 
@@ -142,15 +152,22 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--filter", default="")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: time this process's CPU time instead of the wall clock, for one "
+                         "thread on a busy machine (time spent waiting for a core is not "
+                         "counted; with more threads it adds up every thread's time)")
     args = ap.parse_args()
+    global CLOCK
+    if args.clock == "cpu":
+        CLOCK = time.process_time
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
     torch.set_num_threads(args.threads)
     em = Ember(load_ember(args.build))
     lib = em.lib
     torch.manual_seed(0)
-    print("ember cpu vs PyTorch %s, %d thread(s), OPENBLAS_CORETYPE=%s; medians of %d rounds"
-          % (torch.__version__, args.threads, os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
-             args.rounds))
+    print("ember cpu vs PyTorch %s, %d thread(s), OPENBLAS_CORETYPE=%s; medians of %d rounds "
+          "(%s clock)" % (torch.__version__, args.threads,
+                          os.environ.get("OPENBLAS_CORETYPE", "(unset)"), args.rounds, args.clock))
 
     def want(name):
         return args.filter in name
@@ -158,6 +175,15 @@ def main():
     def show(name, te, tt):
         print("  %-40s ember %9.3f ms   torch %9.3f ms   ratio %6.2f" %
               (name, te * 1e3, tt * 1e3, tt / te))
+
+    def versus(name, a, b, reps):
+        """Medians and, less sensitive to a busy machine (interference only adds time), the
+        ratio of the best rounds."""
+        ta, tb = rounds_of(a, b, args.rounds, reps)
+        te, tt = statistics.median(ta), statistics.median(tb)
+        print("  %-40s ember %9.3f ms   torch %9.3f ms   ratio %6.2f   (best rounds %.3f / "
+              "%.3f ms: ratio %.2f)" % (name, te * 1e3, tt * 1e3, tt / te, min(ta) * 1e3,
+                                        min(tb) * 1e3, min(tb) / min(ta)))
 
     if want("softmax rows [4096, 1024]"):
         x = torch.rand(4096, 1024) * 2 - 1
@@ -196,9 +222,8 @@ def main():
         x = torch.rand(8, 8, T, T)
         mask = torch.ones(T, T, dtype=torch.bool).triu(1)
         ex, em_mask = em.tensor(x), em.tensor(mask)
-        te, tt, _ = pair(lambda: em.run(lib.em_masked_fill, ex, em_mask, float("-inf")),
-                         lambda: x.masked_fill(mask, float("-inf")), args.rounds, 3)
-        show(name, te, tt)
+        versus(name, lambda: em.run(lib.em_masked_fill, ex, em_mask, float("-inf")),
+               lambda: x.masked_fill(mask, float("-inf")), 3)
         lib.em_tensor_release(ex)
         lib.em_tensor_release(em_mask)
 
@@ -211,9 +236,8 @@ def main():
             continue
         x = torch.rand(*shape)
         ex = em.tensor(x)
-        te, tt, _ = pair(lambda: em.permute_contiguous(ex, perm),
-                         lambda: x.permute(*perm).contiguous(), args.rounds, 5)
-        show(name, te, tt)
+        versus(name, lambda: em.permute_contiguous(ex, perm),
+               lambda: x.permute(*perm).contiguous(), 5)
         lib.em_tensor_release(ex)
 
     for opname, efn, tfn in (("*", lib.em_mul, torch.mul), ("+", lib.em_add, torch.add)):
@@ -223,8 +247,7 @@ def main():
         x = torch.rand(32, 64, 28, 28)
         c = torch.rand(1, 64, 1, 1)
         ex, ec = em.tensor(x), em.tensor(c)
-        te, tt, _ = pair(lambda: em.run(efn, ex, ec), lambda: tfn(x, c), args.rounds, 5)
-        show(name, te, tt)
+        versus(name, lambda: em.run(efn, ex, ec), lambda: tfn(x, c), 5)
         lib.em_tensor_release(ex)
         lib.em_tensor_release(ec)
 
@@ -232,9 +255,7 @@ def main():
     if want(name):
         x = torch.rand(16 << 20) * 8 - 4
         ex = em.tensor(x)
-        te, tt, _ = pair(lambda: em.run(lib.em_gelu, ex), lambda: torch.nn.functional.gelu(x),
-                         args.rounds, 2)
-        show(name, te, tt)
+        versus(name, lambda: em.run(lib.em_gelu, ex), lambda: torch.nn.functional.gelu(x), 2)
         lib.em_tensor_release(ex)
 
     if want("tiny add"):
