@@ -9,7 +9,12 @@ process, interleaved round by round; each figure is a median. Cases (from issue 
 softmax over the rows of [4096, 1024], sum over dim 1 of [4096, 4096], conv2d of
 [64, 3, 56, 56] with 64 3x3 filters (padding 1); and the tiny-op latency of em_add
 (`ember-bench cpu --tiny`) against PyTorch's C++ at::add (bench/tiny_add_torch.cpp, built
-here against Debian's libtorch-dev).
+here against Debian's libtorch-dev). From issue 13, the layouts of the models: masked_fill of
+[8, 8, 256, 256] with a [256, 256] causal mask (broadcast), permute(0, 2, 1, 3) + contiguous of
+[8, 256, 8, 64] and its inverse (attention heads split and merged), [32, 64, 28, 28] times and
+plus [1, 64, 1, 1] (batch norm's scale and shift), and gelu of 16M floats.
+--filter TEXT runs only the cases whose name contains TEXT; --clock cpu times CPU time (one
+thread on a busy machine).
 
 PyTorch is timed twice for conv2d: "as it comes" (a fresh output each call, as a user's code
 runs it) and its best round; on machines where first touching a fresh page is slow, the
@@ -47,6 +52,12 @@ def load_ember(build):
     lib.em_softmax.argtypes = [p, ctypes.c_int, ctypes.POINTER(p)]
     lib.em_sum_dim.argtypes = [p, ctypes.c_int, ctypes.c_bool, ctypes.POINTER(p)]
     lib.em_conv2d.argtypes = [p, p, p, ctypes.POINTER(ConvParams), ctypes.POINTER(p)]
+    lib.em_masked_fill.argtypes = [p, p, ctypes.c_double, ctypes.POINTER(p)]
+    lib.em_permute.argtypes = [p, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(p)]
+    lib.em_contiguous.argtypes = [p, ctypes.POINTER(p)]
+    lib.em_mul.argtypes = [p, p, ctypes.POINTER(p)]
+    lib.em_add.argtypes = [p, p, ctypes.POINTER(p)]
+    lib.em_gelu.argtypes = [p, ctypes.POINTER(p)]
     lib.em_tensor_release.argtypes = [p]
     lib.em_last_error.restype = ctypes.c_char_p
     return lib
@@ -64,11 +75,22 @@ class Ember:
 
     def tensor(self, t):
         t = t.contiguous()
+        dt = {torch.float32: 0, torch.bool: 9}[t.dtype]
         shape = (ctypes.c_int64 * t.dim())(*t.shape)
         out = ctypes.c_void_p()
-        self.check(self.lib.em_tensor_from_data(ctypes.c_void_p(t.data_ptr()), 0, shape, t.dim(),
+        self.check(self.lib.em_tensor_from_data(ctypes.c_void_p(t.data_ptr()), dt, shape, t.dim(),
                                                 self.dev, ctypes.byref(out)))
         return out
+
+    def permute_contiguous(self, x, perm):
+        p = ctypes.c_void_p()
+        pa = (ctypes.c_int * len(perm))(*perm)
+        self.check(self.lib.em_permute(x, pa, len(perm), ctypes.byref(p)))
+        out = ctypes.c_void_p()
+        st = self.lib.em_contiguous(p, ctypes.byref(out))
+        self.lib.em_tensor_release(p)
+        self.check(st)
+        self.lib.em_tensor_release(out)
 
     def run(self, fn, *args):
         out = ctypes.c_void_p()
@@ -76,15 +98,18 @@ class Ember:
         self.lib.em_tensor_release(out)
 
 
+CLOCK = time.perf_counter  # --clock cpu: time.process_time (this process's CPU time)
+
+
 def timed(fn, reps):
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     for _ in range(reps):
         fn()
-    return (time.perf_counter() - t0) / reps
+    return (CLOCK() - t0) / reps
 
 
-def pair(a, b, rounds, reps):
-    """Median seconds of a and b, interleaved (one warm-up each)."""
+def rounds_of(a, b, rounds, reps):
+    """Seconds per call of a and b in each round, interleaved (one warm-up each)."""
     a(), b()
     ta, tb = [], []
     for r in range(rounds):
@@ -92,6 +117,12 @@ def pair(a, b, rounds, reps):
             tb.append(timed(b, reps)); ta.append(timed(a, reps))
         else:
             ta.append(timed(a, reps)); tb.append(timed(b, reps))
+    return ta, tb
+
+
+def pair(a, b, rounds, reps):
+    """Median seconds of a and b, interleaved (one warm-up each), and b's best round."""
+    ta, tb = rounds_of(a, b, rounds, reps)
     return statistics.median(ta), statistics.median(tb), min(tb)
 
 
@@ -120,44 +151,115 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--filter", default="")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: time this process's CPU time instead of the wall clock, for one "
+                         "thread on a busy machine (time spent waiting for a core is not "
+                         "counted; with more threads it adds up every thread's time)")
     args = ap.parse_args()
+    global CLOCK
+    if args.clock == "cpu":
+        CLOCK = time.process_time
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
     torch.set_num_threads(args.threads)
     em = Ember(load_ember(args.build))
     lib = em.lib
     torch.manual_seed(0)
-    print("ember cpu vs PyTorch %s, %d thread(s), OPENBLAS_CORETYPE=%s; medians of %d rounds"
-          % (torch.__version__, args.threads, os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
-             args.rounds))
+    print("ember cpu vs PyTorch %s, %d thread(s), OPENBLAS_CORETYPE=%s; medians of %d rounds "
+          "(%s clock)" % (torch.__version__, args.threads,
+                          os.environ.get("OPENBLAS_CORETYPE", "(unset)"), args.rounds, args.clock))
 
-    x = torch.rand(4096, 1024) * 2 - 1
-    ex = em.tensor(x)
-    te, tt, _ = pair(lambda: em.run(lib.em_softmax, ex, -1), lambda: torch.softmax(x, -1),
-                     args.rounds, 5)
-    print("  %-40s ember %9.3f ms   torch %9.3f ms   ratio %6.2f" %
-          ("softmax rows [4096, 1024]", te * 1e3, tt * 1e3, tt / te))
-    lib.em_tensor_release(ex)
+    def want(name):
+        return args.filter in name
 
-    s = torch.rand(4096, 4096)
-    es = em.tensor(s)
-    te, tt, _ = pair(lambda: em.run(lib.em_sum_dim, es, 1, False), lambda: s.sum(1),
-                     args.rounds, 5)
-    print("  %-40s ember %9.3f ms   torch %9.3f ms   ratio %6.2f" %
-          ("sum dim 1 [4096, 4096]", te * 1e3, tt * 1e3, tt / te))
-    lib.em_tensor_release(es)
+    def show(name, te, tt):
+        print("  %-40s ember %9.3f ms   torch %9.3f ms   ratio %6.2f" %
+              (name, te * 1e3, tt * 1e3, tt / te))
 
-    xi = torch.rand(64, 3, 56, 56)
-    w = torch.rand(64, 3, 3, 3)
-    exi, ew = em.tensor(xi), em.tensor(w)
-    p = ConvParams((1, 1), (1, 1), (1, 1), (0, 0), 1)
-    te, tt, tbest = pair(lambda: em.run(lib.em_conv2d, exi, ew, None, ctypes.byref(p)),
-                         lambda: torch.nn.functional.conv2d(xi, w, padding=1), args.rounds, 3)
-    print("  %-40s ember %9.3f ms   torch %9.3f ms   ratio %6.2f   (torch's best round %.3f ms:"
-          " ratio %.2f)" % ("conv2d 64x3x56x56, 64 3x3 pad 1", te * 1e3, tt * 1e3, tt / te,
-                           tbest * 1e3, tbest / te))
-    lib.em_tensor_release(exi)
-    lib.em_tensor_release(ew)
-    tiny(args.build)
+    def versus(name, a, b, reps):
+        """Medians and, less sensitive to a busy machine (interference only adds time), the
+        ratio of the best rounds."""
+        ta, tb = rounds_of(a, b, args.rounds, reps)
+        te, tt = statistics.median(ta), statistics.median(tb)
+        print("  %-40s ember %9.3f ms   torch %9.3f ms   ratio %6.2f   (best rounds %.3f / "
+              "%.3f ms: ratio %.2f)" % (name, te * 1e3, tt * 1e3, tt / te, min(ta) * 1e3,
+                                        min(tb) * 1e3, min(tb) / min(ta)))
+
+    if want("softmax rows [4096, 1024]"):
+        x = torch.rand(4096, 1024) * 2 - 1
+        ex = em.tensor(x)
+        te, tt, _ = pair(lambda: em.run(lib.em_softmax, ex, -1), lambda: torch.softmax(x, -1),
+                         args.rounds, 5)
+        show("softmax rows [4096, 1024]", te, tt)
+        lib.em_tensor_release(ex)
+
+    if want("sum dim 1 [4096, 4096]"):
+        s = torch.rand(4096, 4096)
+        es = em.tensor(s)
+        te, tt, _ = pair(lambda: em.run(lib.em_sum_dim, es, 1, False), lambda: s.sum(1),
+                         args.rounds, 5)
+        show("sum dim 1 [4096, 4096]", te, tt)
+        lib.em_tensor_release(es)
+
+    if want("conv2d 64x3x56x56, 64 3x3 pad 1"):
+        xi = torch.rand(64, 3, 56, 56)
+        w = torch.rand(64, 3, 3, 3)
+        exi, ew = em.tensor(xi), em.tensor(w)
+        p = ConvParams((1, 1), (1, 1), (1, 1), (0, 0), 1)
+        te, tt, tbest = pair(lambda: em.run(lib.em_conv2d, exi, ew, None, ctypes.byref(p)),
+                             lambda: torch.nn.functional.conv2d(xi, w, padding=1), args.rounds,
+                             3)
+        print("  %-40s ember %9.3f ms   torch %9.3f ms   ratio %6.2f   (torch's best round "
+              "%.3f ms: ratio %.2f)" % ("conv2d 64x3x56x56, 64 3x3 pad 1", te * 1e3, tt * 1e3,
+                                        tt / te, tbest * 1e3, tbest / te))
+        lib.em_tensor_release(exi)
+        lib.em_tensor_release(ew)
+
+    # ---- the layouts of the models (issue 13) ----
+    name = "masked_fill [8,8,256,256], [256,256] mask"
+    if want(name):
+        T = 256
+        x = torch.rand(8, 8, T, T)
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        ex, em_mask = em.tensor(x), em.tensor(mask)
+        versus(name, lambda: em.run(lib.em_masked_fill, ex, em_mask, float("-inf")),
+               lambda: x.masked_fill(mask, float("-inf")), 3)
+        lib.em_tensor_release(ex)
+        lib.em_tensor_release(em_mask)
+
+    for shape, perm, name in (
+            ((8, 256, 8, 64), (0, 2, 1, 3), "permute(0,2,1,3)+contig [8,256,8,64]"),
+            ((8, 8, 256, 64), (0, 2, 1, 3), "permute(0,2,1,3)+contig [8,8,256,64]"),
+            ((32, 64, 28, 28), (0, 2, 3, 1), "permute(0,2,3,1)+contig [32,64,28,28]"),
+            ((2048, 2048), (1, 0), "transpose+contig [2048,2048]")):
+        if not want(name):
+            continue
+        x = torch.rand(*shape)
+        ex = em.tensor(x)
+        versus(name, lambda: em.permute_contiguous(ex, perm),
+               lambda: x.permute(*perm).contiguous(), 5)
+        lib.em_tensor_release(ex)
+
+    for opname, efn, tfn in (("*", lib.em_mul, torch.mul), ("+", lib.em_add, torch.add)):
+        name = "[32,64,28,28] %s [1,64,1,1]" % opname
+        if not want(name):
+            continue
+        x = torch.rand(32, 64, 28, 28)
+        c = torch.rand(1, 64, 1, 1)
+        ex, ec = em.tensor(x), em.tensor(c)
+        versus(name, lambda: em.run(efn, ex, ec), lambda: tfn(x, c), 5)
+        lib.em_tensor_release(ex)
+        lib.em_tensor_release(ec)
+
+    name = "gelu 16M f32"
+    if want(name):
+        x = torch.rand(16 << 20) * 8 - 4
+        ex = em.tensor(x)
+        versus(name, lambda: em.run(lib.em_gelu, ex), lambda: torch.nn.functional.gelu(x), 2)
+        lib.em_tensor_release(ex)
+
+    if want("tiny add"):
+        tiny(args.build)
 
 
 if __name__ == "__main__":

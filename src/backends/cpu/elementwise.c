@@ -1,13 +1,21 @@
-/* elementwise.c — the cpu backend's binary and scalar kernels for f32 and f64 (unary.c has
- * the unary ones).
+/* elementwise.c — the cpu backend's binary and scalar kernels (unary.c has the unary ones).
  *
- * Fast paths: every operand contiguous (one flat loop), or binary operands that broadcast
- * along whole rows (the last dim has stride 1 or 0 in each operand). The file is compiled
- * once per instruction-set level (isa.h: portable, AVX2, AVX-512, one chosen at run time);
- * loops are split over the thread pool. Other dtypes and layouts go to the ref kernels. */
+ * Every layout runs here: the operands go through one N-d iteration (iter.h) that merges the
+ * dims all views walk contiguously and leaves one inner row per step, with each operand's
+ * stride along it (1, 0 for a broadcast, anything for a transposed or sliced view). f32/f64
+ * rows with strides 0 and 1 run the vector loops below on the tensors themselves; other
+ * strides are gathered, and f16/bf16 converted, a block at a time (blocks.h). A channel
+ * broadcast [N,C,H,W] x [1,C,1,1] is N*C rows of H*W against one value; rows of at most 256
+ * elements are taken as blocks of rows, one vector op a block (shortrows.h). f16/bf16
+ * compute in f32 and round once on store, as ref does (its double result rounded to float,
+ * then to the dtype, is the float result for + - * / max min). Integer dtypes and bool
+ * compute in int64 with ref's wrapping, floor division and remainder. Comparisons go to
+ * compare.c. The file is compiled once per instruction-set level (isa.h); rows are split
+ * over the thread pool. */
 #include <math.h>
 
 #include "cpu.h"
+#include "shortrows.h"
 
 #define CPU_GRAIN (1 << 15)
 
@@ -27,13 +35,13 @@
     case EM_BIN_MAX:                                                                           \
         for (int64_t i = 0; i < n; i++) {                                                      \
             T a_ = A, b_ = B;                                                                  \
-            o[i] = a_ != a_ ? a_ : (b_ != b_ ? b_ : (a_ > b_ ? a_ : b_));                      \
+            o[i] = a_ != a_ ? a_ : (b_ != b_ ? b_ : (a_ >= b_ ? a_ : b_));                      \
         }                                                                                      \
         break;                                                                                 \
     case EM_BIN_MIN:                                                                           \
         for (int64_t i = 0; i < n; i++) {                                                      \
             T a_ = A, b_ = B;                                                                  \
-            o[i] = a_ != a_ ? a_ : (b_ != b_ ? b_ : (a_ < b_ ? a_ : b_));                      \
+            o[i] = a_ != a_ ? a_ : (b_ != b_ ? b_ : (a_ <= b_ ? a_ : b_));                      \
         }                                                                                      \
         break;                                                                                 \
     default: break;                                                                            \
@@ -56,111 +64,225 @@
 BINARY_LOOPS(float, f32)
 BINARY_LOOPS(double, f64)
 
-/* One row of a op b: sa / sb are the operands' strides along it (0 or 1). */
-static void bin_row(em_binary_op op, em_dtype dt, void *o, const void *a, int64_t sa,
-                    const void *b, int64_t sb, int64_t n) {
-    if (dt == EM_F32) {
-        if (sa && sb) bin_vv_f32(op, o, a, b, n);
-        else if (sa) bin_vs_f32(op, o, a, *(const float *)b, n);
-        else if (sb) bin_sv_f32(op, o, *(const float *)a, b, n);
-        else {
-            float s = *(const float *)b;
-            bin_sv_f32(op, o, *(const float *)a, &s, 1);
-            for (int64_t i = 1; i < n; i++) ((float *)o)[i] = ((float *)o)[0];
-        }
-    } else {
-        if (sa && sb) bin_vv_f64(op, o, a, b, n);
-        else if (sa) bin_vs_f64(op, o, a, *(const double *)b, n);
-        else if (sb) bin_sv_f64(op, o, *(const double *)a, b, n);
-        else {
-            double s = *(const double *)b;
-            bin_sv_f64(op, o, *(const double *)a, &s, 1);
-            for (int64_t i = 1; i < n; i++) ((double *)o)[i] = ((double *)o)[0];
-        }
+/* o = a op b over n elements, a and b each a vector (va/vb) or one value. */
+#define BIN_ANY(T, SUFFIX)                                                                     \
+    static void bin_any_##SUFFIX(em_binary_op op, T *restrict o, const T *a, bool va,         \
+                                 const T *b, bool vb, int64_t n) {                             \
+        if (va && vb) bin_vv_##SUFFIX(op, o, a, b, n);                                         \
+        else if (va) bin_vs_##SUFFIX(op, o, a, b[0], n);                                       \
+        else if (vb) bin_sv_##SUFFIX(op, o, a[0], b, n);                                       \
+        else {                                                                                 \
+            T s = b[0];                                                                        \
+            bin_sv_##SUFFIX(op, o, a[0], &s, 1);                                               \
+            for (int64_t i = 1; i < n; i++) o[i] = o[0];                                       \
+        }                                                                                      \
     }
-}
+BIN_ANY(float, f32)
+BIN_ANY(double, f64)
 
-typedef struct binary_job {
+typedef struct bin_ctx {
     em_binary_op op;
-    const em_view *out, *a, *b;
-    int64_t row; /* elements per row (the last dim, or everything when flat) */
-    bool flat;
-} binary_job;
-
-static void binary_range(int64_t lo, int64_t hi, void *arg) {
-    binary_job *j = arg;
-    size_t sz = em_dtype_size(j->out->dtype);
-    char *o = cpu_ptr(j->out);
-    const char *a = cpu_ptr(j->a), *b = cpu_ptr(j->b);
-    if (j->flat) { /* lo..hi are elements */
-        bin_row(j->op, j->out->dtype, o + lo * (int64_t)sz, a + lo * (int64_t)sz, 1,
-                b + lo * (int64_t)sz, 1, hi - lo);
-        return;
-    }
-    /* lo..hi are rows: the multi-index of the row gives each operand's offset */
-    int r = j->out->rank;
-    int64_t sa = r ? j->a->strides[r - 1] : 0, sb = r ? j->b->strides[r - 1] : 0;
-    for (int64_t row = lo; row < hi; row++) {
-        int64_t rem = row, oa = 0, ob = 0;
-        for (int d = r - 2; d >= 0; d--) {
-            int64_t idx = rem % j->out->shape[d];
-            rem /= j->out->shape[d];
-            oa += idx * j->a->strides[d];
-            ob += idx * j->b->strides[d];
-        }
-        bin_row(j->op, j->out->dtype, o + row * j->row * (int64_t)sz, a + oa * (int64_t)sz, sa,
-                b + ob * (int64_t)sz, sb, j->row);
-    }
-}
+    em_dtype dt; /* the operands' (and out's) dtype */
+} bin_ctx;
 
 static bool unit_or_zero(int64_t s) { return s == 0 || s == 1; }
 
+/* One row of a float op (f32, f16, bf16 through f32), a block at a time (its buffers kept out
+ * of bin_row_f32's frame). p/s: out, a, b. */
+static __attribute__((noinline)) void bin_row_f32_blocked(const bin_ctx *c, char *const *p,
+                                                          const int64_t *s, int64_t n) {
+    const int64_t es = (int64_t)em_dtype_size(c->dt);
+    const bool direct = c->dt == EM_F32 && s[0] == 1;
+    float ba[CPU_BLK], bb[CPU_BLK], bo[CPU_BLK];
+    for (int64_t i = 0; i < n; i += CPU_BLK) {
+        int64_t m = n - i < CPU_BLK ? n - i : CPU_BLK;
+        const float *a = cpu_blk_f32(c->dt, p[1] + i * s[1] * es, s[1], m, ba);
+        const float *b = cpu_blk_f32(c->dt, p[2] + i * s[2] * es, s[2], m, bb);
+        float *o = direct ? (float *)p[0] + i : bo;
+        bin_any_f32(c->op, o, a, s[1] != 0, b, s[2] != 0, m);
+        if (!direct) cpu_blk_st_f32(c->dt, p[0] + i * s[0] * es, s[0], bo, m);
+    }
+}
+
+static void bin_row_f32(void *ctx, char *const *p, const int64_t *s, int64_t n) {
+    const bin_ctx *c = ctx;
+    if (c->dt == EM_F32 && s[0] == 1 && unit_or_zero(s[1]) && unit_or_zero(s[2])) {
+        bin_any_f32(c->op, (float *)p[0], (const float *)p[1], s[1] != 0, (const float *)p[2],
+                    s[2] != 0, n);
+        return;
+    }
+    bin_row_f32_blocked(c, p, s, n);
+}
+
+static __attribute__((noinline)) void bin_row_f64_blocked(const bin_ctx *c, char *const *p,
+                                                          const int64_t *s, int64_t n) {
+    double ba[CPU_BLK], bb[CPU_BLK], bo[CPU_BLK];
+    for (int64_t i = 0; i < n; i += CPU_BLK) {
+        int64_t m = n - i < CPU_BLK ? n - i : CPU_BLK;
+        const double *a = cpu_blk_f64(p[1] + i * s[1] * 8, s[1], m, ba);
+        const double *b = cpu_blk_f64(p[2] + i * s[2] * 8, s[2], m, bb);
+        double *o = s[0] == 1 ? (double *)p[0] + i : bo;
+        bin_any_f64(c->op, o, a, s[1] != 0, b, s[2] != 0, m);
+        if (s[0] != 1) cpu_blk_st_f64(p[0] + i * s[0] * 8, s[0], bo, m);
+    }
+}
+
+static void bin_row_f64(void *ctx, char *const *p, const int64_t *s, int64_t n) {
+    const bin_ctx *c = ctx;
+    if (s[0] == 1 && unit_or_zero(s[1]) && unit_or_zero(s[2])) {
+        bin_any_f64(c->op, (double *)p[0], (const double *)p[1], s[1] != 0,
+                    (const double *)p[2], s[2] != 0, n);
+        return;
+    }
+    bin_row_f64_blocked(c, p, s, n);
+}
+
+/* ---- integers and bool: int64 arithmetic wrapping like ref's ---- */
+
+static inline int64_t neg_wrap(int64_t x) { return (int64_t)(0u - (uint64_t)x); }
+
+/* Floor division (Python //); 0 for a zero divisor; INT64_MIN // -1 wraps. */
+static inline int64_t div_int(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    if (b == -1) return neg_wrap(a);
+    int64_t q = a / b;
+    if (a % b != 0 && ((a < 0) != (b < 0))) q--;
+    return q;
+}
+
+/* Python's % on ints: the divisor's sign; 0 for a zero divisor. */
+static inline int64_t rem_int(int64_t a, int64_t b) {
+    if (b == 0 || b == -1) return 0;
+    int64_t r = a % b;
+    if (r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+}
+
+#define INT_BODY(A, B)                                                                         \
+    switch (op) {                                                                              \
+    case EM_BIN_ADD: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)(A) + (uint64_t)(B)); break; \
+    case EM_BIN_SUB: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)(A) - (uint64_t)(B)); break; \
+    case EM_BIN_MUL: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)(A) * (uint64_t)(B)); break; \
+    case EM_BIN_DIV: for (int64_t i = 0; i < n; i++) o[i] = div_int(A, B); break;              \
+    case EM_BIN_POW: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)pow((double)(A), (double)(B)); break; \
+    case EM_BIN_REM: for (int64_t i = 0; i < n; i++) o[i] = rem_int(A, B); break;              \
+    case EM_BIN_MAX: for (int64_t i = 0; i < n; i++) o[i] = (A) >= (B) ? (A) : (B); break;     \
+    case EM_BIN_MIN: for (int64_t i = 0; i < n; i++) o[i] = (A) <= (B) ? (A) : (B); break;     \
+    case EM_BIN_AND: for (int64_t i = 0; i < n; i++) o[i] = (A) != 0 && (B) != 0; break;       \
+    case EM_BIN_OR: for (int64_t i = 0; i < n; i++) o[i] = (A) != 0 || (B) != 0; break;        \
+    default: break;                                                                            \
+    }
+
+static void int_vv(em_binary_op op, int64_t *restrict o, const int64_t *restrict a,
+                   const int64_t *restrict b, int64_t n) {
+    INT_BODY(a[i], b[i])
+}
+static void int_vs(em_binary_op op, int64_t *restrict o, const int64_t *restrict a, int64_t s,
+                   int64_t n) {
+    INT_BODY(a[i], s)
+}
+static void int_sv(em_binary_op op, int64_t *restrict o, int64_t s, const int64_t *restrict b,
+                   int64_t n) {
+    INT_BODY(s, b[i])
+}
+
+static void bin_row_int(void *ctx, char *const *p, const int64_t *s, int64_t n) {
+    const bin_ctx *c = ctx;
+    const int64_t es = (int64_t)em_dtype_size(c->dt);
+    int64_t ba[CPU_BLK], bb[CPU_BLK], bo[CPU_BLK];
+    for (int64_t i = 0; i < n; i += CPU_BLK) {
+        int64_t m = n - i < CPU_BLK ? n - i : CPU_BLK;
+        const int64_t *a = cpu_blk_i64(c->dt, p[1] + i * s[1] * es, s[1], m, ba);
+        const int64_t *b = cpu_blk_i64(c->dt, p[2] + i * s[2] * es, s[2], m, bb);
+        if (s[1] && s[2]) int_vv(c->op, bo, a, b, m);
+        else if (s[1]) int_vs(c->op, bo, a, b[0], m);
+        else if (s[2]) int_sv(c->op, bo, a[0], b, m);
+        else {
+            int_sv(c->op, bo, a[0], b, 1);
+            for (int64_t k = 1; k < m; k++) bo[k] = bo[0];
+        }
+        cpu_blk_st_i64(c->dt, p[0] + i * s[0] * es, s[0], bo, m);
+    }
+}
+
+typedef struct bin_job {
+    cpu_iter it;
+    cpu_row_fn row;
+    bin_ctx c;
+} bin_job;
+
+static void bin_range(int64_t lo, int64_t hi, void *arg) {
+    bin_job *j = arg;
+    cpu_iter_range(&j->it, lo, hi, j->row, &j->c);
+}
+
+/* ---- short rows as blocks (shortrows.h) ---- */
+
+#define BIN_SB_F32(j, po, x, vec, P, g0)                                                       \
+    do {                                                                                       \
+        if ((j)->dt == EM_F32) {                                                               \
+            bin_any_f32((j)->op, (float *)(po), x[1], vec[1], x[2], vec[2], P);                \
+        } else {                                                                               \
+            bin_any_f32((j)->op, g0, x[1], vec[1], x[2], vec[2], P);                           \
+            cpu_f32_to_half_n((j)->dt, (uint16_t *)(po), g0, P);                               \
+        }                                                                                      \
+    } while (0)
+#define BIN_SB_F64(j, po, x, vec, P, g0)                                                       \
+    bin_any_f64((j)->op, (double *)(po), x[1], vec[1], x[2], vec[2], P)
+
+CPU_SB_RANGE(bin_sb_f32, float, CPU_SB_GATHER_F32, CPU_SB_DENSE_F32, BIN_SB_F32)
+CPU_SB_RANGE(bin_sb_f64, double, CPU_SB_GATHER_F64, CPU_SB_DENSE_F64, BIN_SB_F64)
+
+/* out = a op b for the arithmetic and logical ops, any layout; false when the dtypes are
+ * not ones the core makes (out's differs from the operands'). */
+static bool binary_native(em_binary_op op, const em_view *out, const em_view *a,
+                          const em_view *b) {
+    em_dtype dt = a->dtype;
+    if (b->dtype != dt || out->dtype != dt || op >= EM_BIN_COUNT) return false;
+    if ((op >= EM_BIN_EQ && op <= EM_BIN_GE)) return false;
+    bin_job j;
+    const em_view *vs[3] = {out, a, b};
+    cpu_iter_init(&j.it, 3, vs);
+    if (j.it.numel == 0) return true;
+    j.c.op = op;
+    j.c.dt = dt;
+    if (dt == EM_F32 || cpu_is_half(dt)) j.row = bin_row_f32;
+    else if (dt == EM_F64) j.row = bin_row_f64;
+    else {
+        if (op == EM_BIN_POW) return false; /* float-only: the core never asks */
+        j.row = bin_row_int;
+    }
+    if (cpu_is_float_dt(dt) && (op == EM_BIN_AND || op == EM_BIN_OR)) return false;
+    if (cpu_sb_run(&j.it, op, dt, dt == EM_F64 ? bin_sb_f64 : bin_sb_f32, CPU_GRAIN,
+                   cpu_parallel_for))
+        return true;
+    cpu_parallel_for(j.it.numel, CPU_GRAIN, bin_range, &j);
+    return true;
+}
+
 em_status CPU_K(cpu_binary)(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
                             const em_view *b) {
-    bool fast = (a->dtype == EM_F32 || a->dtype == EM_F64) && out->dtype == a->dtype &&
-                op <= EM_BIN_MIN && cpu_contiguous(out);
-    int r = out->rank;
-    if (fast && cpu_contiguous(a) && cpu_contiguous(b) && cpu_numel(a) == cpu_numel(out) &&
-        cpu_numel(b) == cpu_numel(out)) {
-        binary_job j = {op, out, a, b, 0, true};
-        cpu_parallel_for(cpu_numel(out), CPU_GRAIN, binary_range, &j);
-        return EM_OK;
-    }
-    if (fast && r >= 1 && unit_or_zero(a->strides[r - 1]) && unit_or_zero(b->strides[r - 1]) &&
-        out->shape[r - 1] >= 8) {
-        int64_t row = out->shape[r - 1], rows = row ? cpu_numel(out) / row : 0;
-        binary_job j = {op, out, a, b, row, false};
-        int64_t grain = CPU_GRAIN / row + 1;
-        cpu_parallel_for(rows, grain, binary_range, &j);
-        return EM_OK;
-    }
+    if (binary_native(op, out, a, b)) return EM_OK;
     if (CPU_K(cpu_compare)(op, out, a, b)) return EM_OK;
     return CPU_FALLBACK(CPU_FB_BINARY, out->dtype, binary, ctx, op, out, a, b);
 }
 
-typedef struct scalar_job {
-    em_binary_op op;
-    void *o;
-    const void *a;
-    em_dtype dt;
-    double s;
-} scalar_job;
-
-static void scalar_range(int64_t lo, int64_t hi, void *arg) {
-    scalar_job *j = arg;
-    if (j->dt == EM_F32)
-        bin_vs_f32(j->op, (float *)j->o + lo, (const float *)j->a + lo, (float)j->s, hi - lo);
-    else
-        bin_vs_f64(j->op, (double *)j->o + lo, (const double *)j->a + lo, j->s, hi - lo);
+/* a op s is a op (s broadcast): one element of a's dtype with stride 0 everywhere. s is
+ * already a value of a's dtype, so storing it is exact. */
+static em_view scalar_view(const em_view *a, double s, void *elem) {
+    em_view v = *a;
+    v.buf = elem;
+    v.offset = 0;
+    for (int d = 0; d < v.rank; d++) v.strides[d] = 0;
+    cpu_st_f64(elem, a->dtype, s);
+    return v;
 }
 
 em_status CPU_K(cpu_binary_scalar)(void *ctx, em_binary_op op, const em_view *out,
                                    const em_view *a, double s) {
-    bool fast = (a->dtype == EM_F32 || a->dtype == EM_F64) && out->dtype == a->dtype &&
-                op <= EM_BIN_MIN && cpu_contiguous(out) && cpu_contiguous(a);
-    if (!fast && CPU_K(cpu_compare_scalar)(op, out, a, s)) return EM_OK;
-    if (!fast) return CPU_FALLBACK(CPU_FB_BINARY_SCALAR, out->dtype, binary_scalar, ctx, op, out, a, s);
-    scalar_job j = {op, cpu_ptr(out), cpu_ptr(a), a->dtype, s};
-    cpu_parallel_for(cpu_numel(out), CPU_GRAIN, scalar_range, &j);
-    return EM_OK;
+    _Alignas(8) unsigned char elem[8] = {0};
+    em_view b = scalar_view(a, s, elem);
+    if (binary_native(op, out, a, &b)) return EM_OK;
+    if (CPU_K(cpu_compare)(op, out, a, &b)) return EM_OK;
+    return CPU_FALLBACK(CPU_FB_BINARY_SCALAR, out->dtype, binary_scalar, ctx, op, out, a, s);
 }

@@ -8,18 +8,21 @@
 #include "fallback.h"
 
 static const cpu_fb_case fb_cases[] = {
-    [CPU_FB_COPY] = {"copy", "casts to or from an integer or bool dtype, f64 <-> f16/bf16, and "
-                             "strided layouts (a non-contiguous input or output)", false, false},
-    [CPU_FB_FILL] = {"fill", "dtypes other than f32/f64, and strided outputs", false, false},
+    [CPU_FB_COPY] = {"copy", "none: every layout (strided, broadcast, flipped inputs and outputs) "
+                             "and every pair of dtypes runs cpu's own copy", false, false},
+    [CPU_FB_FILL] = {"fill", "none: every dtype and output layout runs cpu's own fill (the row "
+                             "would count elements of a size other than 1, 2, 4 or 8 bytes)",
+                     false, false},
     [CPU_FB_UNARY] = {"unary", "dtypes other than f32/f64, logical_not, and strided operands",
                       false, false},
-    [CPU_FB_BINARY] = {"binary", "dtypes other than f32/f64 (comparisons: f32/f64 dense only), "
-                                 "and layouts whose last dim is strided or shorter than 8",
+    [CPU_FB_BINARY] = {"binary", "integer pow (float-only: the core never asks) and operands "
+                                 "whose dtype differs from out's or each other's (the core never "
+                                 "makes them); every layout and dtype else is native",
                        false, false},
-    [CPU_FB_BINARY_SCALAR] = {"binary_scalar", "dtypes other than f32/f64, strided operands",
-                              false, false},
-    [CPU_FB_WHERE] = {"where", "dtypes other than f32/f64, a broadcast or strided condition, "
-                               "operands neither dense nor a single value",
+    [CPU_FB_BINARY_SCALAR] = {"binary_scalar", "likewise (integer pow, mixed dtypes)", false,
+                              false},
+    [CPU_FB_WHERE] = {"where", "a condition that is not bool or operands of another dtype than "
+                               "out's (the core never makes them); every layout is native",
                       false, false},
     [CPU_FB_REDUCE] = {"reduce", "dtypes other than f32/f64, strided inputs", false, false},
     [CPU_FB_SOFTMAX] = {"softmax", "dtypes other than f32/f64, strided outputs", false, false},

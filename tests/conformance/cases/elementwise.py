@@ -477,3 +477,35 @@ add("arange", [], params={"start": 0.0, "stop": 1.0, "step": 0.0, "dtype": "f32"
     error="EM_ERR_ARG", tag="zero-step")
 add("arange", [], params={"start": 0.0, "stop": 3.0, "step": 1.0, "dtype": "bool"},
     error="EM_ERR_DTYPE", tag="bool-err")
+
+# ---- the layouts of the models (issue 13) ----
+# batch norm's scale and shift: [N,C,H,W] op [1,C,1,1], W = 1..7 (rows shorter than a vector)
+for w in range(1, 8):
+    for op in ("add", "mul"):
+        add(op, [T("f32", rnd((2, 3, 2, w))), T("f32", rnd((1, 3, 1, 1)))], ARITH[op],
+            tag="f32-chan-bcast-w%d" % w)
+    add("sub", [T("f32", rnd((1, 3, 1, 1))), T("f32", rnd((2, 3, 1 + w % 3, w)))], ARITH["sub"],
+        tag="f32-chan-bcast-first-w%d" % w)
+for dt in ("f64", "f16", "bf16", "i32"):
+    x = rndi((2, 3, 3, 5), -9, 9) if dt == "i32" else rnd((2, 3, 3, 5))
+    c = rndi((1, 3, 1, 1), -9, 9) if dt == "i32" else rnd((1, 3, 1, 1))
+    add("mul", [T(dt, x), T(dt, c)], ARITH["mul"], tag="%s-chan-bcast" % dt)
+add("add", [T("f32", rnd((4, 6)), view=("transpose", 0, 1)), T("f32", rnd((6, 4)))],
+    ARITH["add"], tag="f32-transposed-first")
+add("gt", [T("f16", rnd((2, 3, 1, 4))), T("f16", rnd((1, 3, 1, 1)))], lambda a, b: a > b,
+    out_dtypes="bool", tag="f16-chan-bcast")
+# attention's causal mask: a [T,T] condition over [B,H,T,T]
+T_ = 5
+causal = np.triu(np.ones((T_, T_), dtype=bool), 1)
+for dt in ("f32", "f64", "f16", "bf16", "i64"):
+    x = rndi((2, 2, T_, T_)) if dt == "i64" else rnd((2, 2, T_, T_))
+    y = rndi((2, 2, T_, T_)) if dt == "i64" else rnd((2, 2, T_, T_))
+    add("where", [T("bool", causal), T(dt, x), T(dt, y)], where_ref, out_dtypes=dt,
+        tag="%s-causal-mask" % dt)
+add("masked_fill", [T("f32", rnd((2, 2, T_, T_))), T("bool", causal)], mf_ref,
+    params={"value": -INF}, tag="f32-causal-mask")
+add("masked_fill", [T("bf16", rnd((2, 2, T_, T_))), T("bool", causal)], mf_ref,
+    params={"value": -INF}, tag="bf16-causal-mask")
+add("masked_fill", [T("f32", rnd((2, T_, 3, T_)), view=("permute", [0, 2, 1, 3])),
+                    T("bool", causal)], mf_ref, params={"value": 0.0},
+    tag="f32-causal-mask-permuted")

@@ -589,3 +589,13 @@ add("topk", [T("i64", rndi((3, 6)))], r_topk, params={"k": 2, "want": 2}, out_dt
     tag="indices-only")
 err("topk", [T("f32", rnd((3, 4)))], "EM_ERR_ARG", "k-large", k=5)
 err("topk", [T("f32", rnd((3, 4)))], "EM_ERR_ARG", "k-negative", k=-1)
+
+# attention heads split and merged (permute(0,2,1,3) of [B,T,H,D], read back contiguous), and
+# NCHW <-> NHWC (a permute that moves the inner dim: the tiled transpose)
+for dt in ("f32", "f64", "f16", "bf16", "i64", "bool"):
+    add("permute", [T(dt, vals(dt, (2, 5, 3, 8)))], r_permute, params={"perm": [0, 2, 1, 3]},
+        tag="%s-heads" % dt)
+    add("permute", [T(dt, vals(dt, (2, 6, 5, 7)))], r_permute, params={"perm": [0, 2, 3, 1]},
+        tag="%s-nchw-nhwc" % dt)
+add("permute", [T("f32", rnd((3, 40, 37)))], r_permute, params={"perm": [0, 2, 1]},
+    tag="f32-transpose-tiles")
