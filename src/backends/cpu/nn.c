@@ -459,19 +459,40 @@ em_status CPU_K(cpu_avg_pool2d_backward)(void *ctx, const em_view *gx, const em_
 static inline int64_t bin_lo(int64_t i, int64_t L, int64_t n) { return i * L / n; }
 static inline int64_t bin_hi(int64_t i, int64_t L, int64_t n) { return ((i + 1) * L + n - 1) / n; }
 
-#define AAP_LANES 8
+/* the sum of x[0, n) in double: 8 partial sums in two vectors of 4 (GCC / Clang vector
+ * extensions, one source at every level), reduced as a tree */
+typedef float aap_v4f __attribute__((vector_size(16), aligned(4), may_alias));
+typedef double aap_v4d __attribute__((vector_size(32)));
+typedef double aap_v4du __attribute__((vector_size(32), aligned(8), may_alias));
+
+static inline double aap_reduce(aap_v4d a, aap_v4d b, double s) {
+    const aap_v4d c = a + b;
+    return s + ((c[0] + c[2]) + (c[1] + c[3]));
+}
+static inline double aap_sum_f32(const float *restrict x, int64_t n) {
+    aap_v4d a = {0, 0, 0, 0}, b = {0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        a += __builtin_convertvector(*(const aap_v4f *)(x + i), aap_v4d);
+        b += __builtin_convertvector(*(const aap_v4f *)(x + i + 4), aap_v4d);
+    }
+    double s = 0;
+    for (; i < n; i++) s += (double)x[i];
+    return aap_reduce(a, b, s);
+}
+static inline double aap_sum_f64(const double *restrict x, int64_t n) {
+    aap_v4d a = {0, 0, 0, 0}, b = {0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        a += *(const aap_v4du *)(x + i);
+        b += *(const aap_v4du *)(x + i + 4);
+    }
+    double s = 0;
+    for (; i < n; i++) s += x[i];
+    return aap_reduce(a, b, s);
+}
 
 #define AAP_LOOPS(T, S)                                                                            \
-    /* the sum of x[0, n) in double, AAP_LANES partial sums */                                     \
-    static inline double aap_sum_##S(const T *restrict x, int64_t n) {                             \
-        double acc[AAP_LANES] = {0}, s = 0;                                                        \
-        int64_t i = 0;                                                                             \
-        for (; i + AAP_LANES <= n; i += AAP_LANES)                                                 \
-            for (int k = 0; k < AAP_LANES; k++) acc[k] += (double)x[i + k];                        \
-        for (; i < n; i++) s += (double)x[i];                                                      \
-        for (int k = 0; k < AAP_LANES; k++) s += acc[k];                                           \
-        return s;                                                                                  \
-    }                                                                                              \
     /* col: W doubles of scratch */                                                                \
     static void aap_plane_##S(T *restrict out, const T *restrict x, double *restrict col,          \
                               int64_t H, int64_t W, int64_t OH, int64_t OW) {                      \
