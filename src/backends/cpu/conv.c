@@ -17,7 +17,9 @@
  *     rest: conv2d = w_g @ col(x) (no im2col for 1x1 kernels); conv2d_weight_grad = the sum
  *     over images of gy_g @ col(x)^T (f32 images summed in double); conv_transpose2d =
  *     col2im(w_g^T @ x_g), the scatter-add threaded over output channels.
- * Other dtypes, empty tensors and zero channel counts go to the ref kernels. Like PyTorch's
+ * f16 and bf16 run through f32 (operands converted once, the result rounded once), outputs
+ * of another layout are computed in scratch and copied (stage.h), empty tensors and zero
+ * channel counts give the bias or zeros; integer dtypes go to ref. Like PyTorch's
  * kernels (and unlike ref, which skips them), padded taps multiply zeros: a non-finite
  * weight there gives NaN. */
 #include <cblas.h>

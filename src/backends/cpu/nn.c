@@ -1,12 +1,14 @@
-/* nn.c — the cpu backend's pooling (max with indices, average and its input gradient) and
- * layer_norm for f32 and f64 on NCHW data.
+/* nn.c — the cpu backend's pooling (max with indices, average and its input gradient,
+ * adaptive average and its input gradient) and layer_norm on NCHW data: the loops run f32 and
+ * f64 on contiguous planes; the entry points stage f16/bf16 (through f32, rounded once from
+ * the f32 result as ref rounds from its double one) and strided operands and outputs (packed
+ * once, see stage.h). Integer dtypes (which the core never passes) go to ref.
  *
  * Pooling runs one output row at a time, tap by tap: for each (kernel row, kernel column) the
  * loop over the row's outputs reads the input with the pooling stride (vectorized, strides 1
  * and 2 specialized), so every output sees its window's taps in the ref kernel's order
  * (row-major), which keeps the ref's tie, NaN and summation-order semantics. Threaded over
- * the N*C planes; layer_norm over rows. Sums accumulate in double, as the ref kernels do.
- * Other dtypes go to the ref kernels. */
+ * the N*C planes; layer_norm over rows. Sums accumulate in double, as the ref kernels do. */
 #include <math.h>
 #include <stdatomic.h>
 
