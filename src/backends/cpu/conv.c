@@ -17,7 +17,9 @@
  *     rest: conv2d = w_g @ col(x) (no im2col for 1x1 kernels); conv2d_weight_grad = the sum
  *     over images of gy_g @ col(x)^T (f32 images summed in double); conv_transpose2d =
  *     col2im(w_g^T @ x_g), the scatter-add threaded over output channels.
- * Other dtypes, empty tensors and zero channel counts go to the ref kernels. Like PyTorch's
+ * f16 and bf16 run through f32 (operands converted once, the result rounded once), outputs
+ * of another layout are computed in scratch and copied (stage.h), empty tensors and zero
+ * channel counts give the bias or zeros; integer dtypes go to ref. Like PyTorch's
  * kernels (and unlike ref, which skips them), padded taps multiply zeros: a non-finite
  * weight there gives NaN. */
 #include <cblas.h>
@@ -25,6 +27,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "stage.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 /* FMA contraction for the kernels (-std=c11 turns it off) and GCC's two-vector shuffle */
@@ -729,7 +732,6 @@ static void release(inputs *in) {
         if (in->tmp[i]) cpu_scratch_free(in->tmp[i]);
 }
 
-static bool fast_dtype(em_dtype dt) { return dt == EM_F32 || dt == EM_F64; }
 
 /* Whether the direct kernels should run q: they beat im2col + GEMM while the reduction per
  * output (K = Cg*KH*KW) is moderate (measured on AVX-512: direct ~120-160 GFLOP/s on one
@@ -752,11 +754,11 @@ static bool use_direct_wgrad(const geom *q, em_dtype dt) {
     return q->Cg * q->KH * q->KW <= 1152;
 }
 
-em_status CPU_K(cpu_conv2d)(void *ctx, const em_view *out, const em_view *x, const em_view *w,
-                            const em_view *bias, const em_conv_args *a) {
-    if (!fast_dtype(out->dtype) || !cpu_contiguous(out) || cpu_numel(out) == 0 ||
-        w->shape[1] == 0)
-        return CPU_FALLBACK(CPU_FB_CONV2D, out->dtype, conv2d, ctx, out, x, w, bias, a);
+/* The f32/f64 kernels below take a contiguous output of their dtype, inputs of that dtype
+ * (any layout: packed here), and non-empty operands; the entry points at the end of the file
+ * stage everything else (f16/bf16 through f32, strided outputs, empty tensors). */
+static em_status conv2d_f(const em_view *out, const em_view *x, const em_view *w,
+                          const em_view *bias, const em_conv_args *a) {
     geom q = geom_of(x, out, w->shape[2], w->shape[3], w->shape[1], a);
     inputs in;
     em_status s = contig_inputs(&in, x, w, bias);
@@ -772,12 +774,8 @@ em_status CPU_K(cpu_conv2d)(void *ctx, const em_view *out, const em_view *x, con
     return s;
 }
 
-em_status CPU_K(cpu_conv2d_weight_grad)(void *ctx, const em_view *gw, const em_view *x,
-                                        const em_view *gy, const em_conv_args *a) {
-    if (!fast_dtype(gw->dtype) || !cpu_contiguous(gw) || cpu_numel(gw) == 0 ||
-        cpu_numel(gy) == 0)
-        return CPU_FALLBACK(CPU_FB_CONV2D_WGRAD, gw->dtype, conv2d_weight_grad, ctx, gw, x, gy,
-                            a);
+static em_status wgrad_f(const em_view *gw, const em_view *x, const em_view *gy,
+                         const em_conv_args *a) {
     const em_dtype dt = gw->dtype;
     const size_t elem = em_dtype_size(dt);
     geom q = geom_of(x, gy, gw->shape[2], gw->shape[3], gw->shape[1], a);
@@ -864,13 +862,8 @@ static em_status convt_gemm(const em_view *out, const em_view *x, const void *px
     return EM_OK;
 }
 
-em_status CPU_K(cpu_conv_transpose2d)(void *ctx, const em_view *out, const em_view *x,
-                                      const em_view *w, const em_view *bias,
-                                      const em_conv_args *a) {
-    if (!fast_dtype(out->dtype) || !cpu_contiguous(out) || cpu_numel(out) == 0 ||
-        cpu_numel(x) == 0 || w->shape[1] == 0)
-        return CPU_FALLBACK(CPU_FB_CONV_T2D, out->dtype, conv_transpose2d, ctx, out, x, w, bias,
-                            a);
+static em_status convt_f(const em_view *out, const em_view *x, const em_view *w,
+                         const em_view *bias, const em_conv_args *a) {
     inputs in;
     em_status s = contig_inputs(&in, x, w, bias);
     if (s == EM_OK) {
@@ -892,4 +885,83 @@ em_status CPU_K(cpu_conv_transpose2d)(void *ctx, const em_view *out, const em_vi
     }
     release(&in);
     return s;
+}
+
+/* ---- the entry points: f32 and f64 run the kernels above; f16 and bf16 run them in f32 (the
+ *      operands converted once, the result rounded once); an output of another layout is
+ *      computed in scratch and copied; empty operands give the bias (or zeros) ---- */
+
+static bool conv_dtypes(const em_view *out, const em_view *x, const em_view *w,
+                        const em_view *bias) {
+    const em_dtype dt = out->dtype;
+    return (dt == EM_F32 || dt == EM_F64 || dt == EM_F16 || dt == EM_BF16) && x->dtype == dt &&
+           w->dtype == dt && (!bias || bias->dtype == dt) && out->rank == 4 && x->rank == 4 &&
+           w->rank == 4;
+}
+
+/* out (contiguous, f32/f64) = bias[o] (or 0) on every plane: a convolution without terms */
+static void fill_bias(const em_view *out, const em_view *bias) {
+    const int64_t N = out->shape[0], O = out->shape[1], HW = out->shape[2] * out->shape[3];
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < O; o++) {
+            const int64_t base = (n * O + o) * HW;
+            if (out->dtype == EM_F32) {
+                float v = bias ? ((const float *)cpu_ptr(bias))[o] : 0.0f, *p = cpu_ptr(out);
+                for (int64_t i = 0; i < HW; i++) p[base + i] = v;
+            } else {
+                double v = bias ? ((const double *)cpu_ptr(bias))[o] : 0.0, *p = cpu_ptr(out);
+                for (int64_t i = 0; i < HW; i++) p[base + i] = v;
+            }
+        }
+}
+
+enum { CONV_FWD, CONV_WGRAD, CONV_T };
+
+/* out = op(p, q, bias) with the operands staged as the f32/f64 kernels need them */
+static em_status conv_staged(int op, const em_view *out, const em_view *p, const em_view *q,
+                             const em_view *bias, const em_conv_args *a) {
+    if (cpu_numel(out) == 0) return EM_OK;
+    const em_dtype ct = cpu_stage_dtype(out->dtype);
+    cpu_stage sp = {0}, sq = {0}, sb = {0}, so = {0};
+    em_status s = cpu_stage_in(p, ct, &sp);
+    if (s == EM_OK) s = cpu_stage_in(q, ct, &sq);
+    if (s == EM_OK) s = cpu_stage_in(bias, ct, &sb);
+    if (s == EM_OK) s = cpu_stage_out(out, ct, false, &so);
+    if (s == EM_OK) {
+        const em_view *b = bias ? &sb.v : NULL;
+        if (cpu_numel(p) == 0 || cpu_numel(q) == 0)
+            fill_bias(&so.v, op == CONV_WGRAD ? NULL : b); /* no terms */
+        else if (op == CONV_FWD) s = conv2d_f(&so.v, &sp.v, &sq.v, b, a);
+        else if (op == CONV_WGRAD) s = wgrad_f(&so.v, &sp.v, &sq.v, a);
+        else s = convt_f(&so.v, &sp.v, &sq.v, b, a);
+        s = cpu_stage_out_finish(out, &so, s);
+    }
+    cpu_stage_free(&sp);
+    cpu_stage_free(&sq);
+    cpu_stage_free(&sb);
+    return s;
+}
+
+em_status CPU_K(cpu_conv2d)(void *ctx, const em_view *out, const em_view *x, const em_view *w,
+                            const em_view *bias, const em_conv_args *a) {
+    if (!conv_dtypes(out, x, w, bias))
+        return CPU_FALLBACK(CPU_FB_CONV2D, out->dtype, conv2d, ctx, out, x, w, bias, a);
+    return conv_staged(CONV_FWD, out, x, w, bias, a);
+}
+
+em_status CPU_K(cpu_conv2d_weight_grad)(void *ctx, const em_view *gw, const em_view *x,
+                                        const em_view *gy, const em_conv_args *a) {
+    if (!conv_dtypes(gw, x, gy, NULL))
+        return CPU_FALLBACK(CPU_FB_CONV2D_WGRAD, gw->dtype, conv2d_weight_grad, ctx, gw, x, gy,
+                            a);
+    return conv_staged(CONV_WGRAD, gw, x, gy, NULL, a);
+}
+
+em_status CPU_K(cpu_conv_transpose2d)(void *ctx, const em_view *out, const em_view *x,
+                                      const em_view *w, const em_view *bias,
+                                      const em_conv_args *a) {
+    if (!conv_dtypes(out, x, w, bias))
+        return CPU_FALLBACK(CPU_FB_CONV_T2D, out->dtype, conv_transpose2d, ctx, out, x, w, bias,
+                            a);
+    return conv_staged(CONV_T, out, x, w, bias, a);
 }

@@ -124,13 +124,14 @@ em_status cpu_arange(void *ctx, const em_view *out, double start, double step);
 em_status cpu_random(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
                      const double *params);
 em_status cpu_cumsum(void *ctx, const em_view *out, const em_view *in, int dim);
-em_status cpu_index_select(void *ctx, const em_view *out, const em_view *in, int dim,
-                           const em_view *index);
 em_status cpu_sort(void *ctx, const em_view *values, const em_view *indices, const em_view *in,
                    int dim, bool descending);
+/* nn.c (the chosen level's, through isa.c) */
 em_status cpu_adaptive_avg_pool2d(void *ctx, const em_view *out, const em_view *x);
 em_status cpu_adaptive_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy);
 /* index.c */
+em_status cpu_index_select(void *ctx, const em_view *out, const em_view *in, int dim,
+                           const em_view *index);
 em_status cpu_gather(void *ctx, const em_view *out, const em_view *in, int dim,
                      const em_view *index);
 em_status cpu_scatter_add(void *ctx, const em_view *out, int dim, const em_view *index,
@@ -181,6 +182,9 @@ em_status CPU_K(cpu_avg_pool2d_backward)(void *ctx, const em_view *gx, const em_
 em_status CPU_K(cpu_layer_norm)(void *ctx, const em_view *out, const em_view *x,
                                 const em_view *weight, const em_view *bias, int64_t norm_numel,
                                 double eps);
+em_status CPU_K(cpu_adaptive_avg_pool2d)(void *ctx, const em_view *out, const em_view *x);
+em_status CPU_K(cpu_adaptive_avg_pool2d_backward)(void *ctx, const em_view *gx,
+                                                  const em_view *gy);
 /* kernels.c: this copy's table */
 extern const cpu_kernels CPU_K(cpu_kernels);
 /* compare.c: dense f32/f64 comparisons (false: not handled, the caller falls back) */

@@ -26,38 +26,49 @@ static const cpu_fb_case fb_cases[] = {
                       false, false},
     [CPU_FB_REDUCE] = {"reduce", "dtypes other than f32/f64, strided inputs", false, false},
     [CPU_FB_SOFTMAX] = {"softmax", "dtypes other than f32/f64, strided outputs", false, false},
-    [CPU_FB_MATMUL] = {"matmul", "a strided output, rank below 2, bool operands", false, false},
-    [CPU_FB_GATHER] = {"gather", "layouts and index shapes gather's loop does not handle", false,
-                       false},
-    [CPU_FB_SCATTER_ADD] = {"scatter_add", "layouts and index shapes scatter_add's loop does not "
-                                           "handle",
-                            false, false},
-    [CPU_FB_CONV2D] = {"conv2d", "dtypes other than f32/f64, strided outputs, empty tensors",
-                       false, false},
-    [CPU_FB_CONV2D_WGRAD] = {"conv2d_weight_grad", "dtypes other than f32/f64, strided outputs",
-                             false, false},
-    [CPU_FB_CONV_T2D] = {"conv_transpose2d", "dtypes other than f32/f64, strided outputs", false,
-                         false},
-    [CPU_FB_MAX_POOL2D] = {"max_pool2d", "dtypes other than f32/f64, strided operands", false,
-                           false},
-    [CPU_FB_AVG_POOL2D] = {"avg_pool2d", "dtypes other than f32/f64, strided operands", false,
-                           false},
-    [CPU_FB_AVG_POOL2D_BWD] = {"avg_pool2d_backward", "dtypes other than f32/f64, strided "
-                                                      "operands",
-                               false, false},
-    [CPU_FB_LAYER_NORM] = {"layer_norm", "dtypes other than f32/f64, parameters of another "
-                                         "layout",
-                           false, false},
+    [CPU_FB_MATMUL] = {"matmul", "quantized dtypes (q8/q4; the core does not multiply them)",
+                       false, true},
+    [CPU_FB_GATHER] = {"gather", "views of unequal rank, in and out of two dtypes, an index "
+                                 "neither i64 nor i32 (none reach it from the core)",
+                       false, true},
+    [CPU_FB_SCATTER_ADD] = {"scatter_add", "views of unequal rank, out and src of two dtypes, "
+                                           "an index neither i64 nor i32, quantized dtypes (none "
+                                           "reach it from the core)",
+                            false, true},
+    [CPU_FB_CONV2D] = {"conv2d", "integer dtypes, operands of two dtypes (the core takes "
+                                 "floats of one dtype)",
+                       false, true},
+    [CPU_FB_CONV2D_WGRAD] = {"conv2d_weight_grad", "integer dtypes, operands of two dtypes (the "
+                                                   "core takes floats of one dtype)",
+                             false, true},
+    [CPU_FB_CONV_T2D] = {"conv_transpose2d", "integer dtypes, operands of two dtypes (the core "
+                                             "takes floats of one dtype)",
+                         false, true},
+    [CPU_FB_MAX_POOL2D] = {"max_pool2d", "integer dtypes, indices other than i64 (the core takes "
+                                         "floats, i64 indices)",
+                           false, true},
+    [CPU_FB_AVG_POOL2D] = {"avg_pool2d", "integer dtypes (the core takes floats)", false, true},
+    [CPU_FB_AVG_POOL2D_BWD] = {"avg_pool2d_backward", "integer dtypes (the core takes floats)",
+                               false, true},
+    [CPU_FB_LAYER_NORM] = {"layer_norm", "integer dtypes, parameters of another dtype or size "
+                                         "(the core takes floats of one dtype)",
+                           false, true},
     [CPU_FB_ARANGE] = {"arange", "every case (creation: written once, no loop worth a kernel)",
                        true, true},
     [CPU_FB_RANDOM] = {"random", "every case (Philox streams must match ref's bit for bit)",
                        true, true},
     [CPU_FB_CUMSUM] = {"cumsum", "every case", true, false},
-    [CPU_FB_INDEX_SELECT] = {"index_select", "every case", true, false},
+    [CPU_FB_INDEX_SELECT] = {"index_select", "views of unequal rank, in and out of two dtypes, "
+                                             "an index neither 1-d nor i64/i32 (none reach it "
+                                             "from the core)",
+                             false, true},
     [CPU_FB_SORT] = {"sort", "every case (ref's stable merge sort)", true, true},
-    [CPU_FB_ADAPTIVE_AVG_POOL2D] = {"adaptive_avg_pool2d", "every case", true, false},
-    [CPU_FB_ADAPTIVE_AVG_POOL2D_BWD] = {"adaptive_avg_pool2d_backward", "every case", true,
-                                        false},
+    [CPU_FB_ADAPTIVE_AVG_POOL2D] = {"adaptive_avg_pool2d", "integer dtypes (the core takes "
+                                                           "floats)",
+                                    false, true},
+    [CPU_FB_ADAPTIVE_AVG_POOL2D_BWD] = {"adaptive_avg_pool2d_backward", "integer dtypes (the "
+                                                                        "core takes floats)",
+                                        false, true},
 };
 _Static_assert(sizeof fb_cases / sizeof fb_cases[0] == CPU_FB_COUNT,
                "fallback.c: one row per cpu_fb value");
@@ -122,18 +133,7 @@ em_status cpu_random(void *ctx, em_random_op op, const em_view *out, uint64_t se
 em_status cpu_cumsum(void *ctx, const em_view *out, const em_view *in, int dim) {
     return CPU_FALLBACK(CPU_FB_CUMSUM, out->dtype, cumsum, ctx, out, in, dim);
 }
-em_status cpu_index_select(void *ctx, const em_view *out, const em_view *in, int dim,
-                           const em_view *index) {
-    return CPU_FALLBACK(CPU_FB_INDEX_SELECT, out->dtype, index_select, ctx, out, in, dim, index);
-}
 em_status cpu_sort(void *ctx, const em_view *values, const em_view *indices, const em_view *in,
                    int dim, bool descending) {
     return CPU_FALLBACK(CPU_FB_SORT, in->dtype, sort, ctx, values, indices, in, dim, descending);
-}
-em_status cpu_adaptive_avg_pool2d(void *ctx, const em_view *out, const em_view *x) {
-    return CPU_FALLBACK(CPU_FB_ADAPTIVE_AVG_POOL2D, out->dtype, adaptive_avg_pool2d, ctx, out, x);
-}
-em_status cpu_adaptive_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy) {
-    return CPU_FALLBACK(CPU_FB_ADAPTIVE_AVG_POOL2D_BWD, gx->dtype, adaptive_avg_pool2d_backward,
-                        ctx, gx, gy);
 }

@@ -43,7 +43,8 @@ typedef enum cpu_fb {
     CPU_FB_AVG_POOL2D,
     CPU_FB_AVG_POOL2D_BWD,
     CPU_FB_LAYER_NORM,
-    /* slots the cpu backend leaves to ref altogether */
+    /* slots the cpu backend leaves to ref altogether (index_select and adaptive_avg_pool2d's
+       two have kernels of their own now: their rows name what is left) */
     CPU_FB_ARANGE,
     CPU_FB_RANDOM,
     CPU_FB_CUMSUM,

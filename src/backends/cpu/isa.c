@@ -241,3 +241,9 @@ em_status cpu_layer_norm(void *ctx, const em_view *out, const em_view *x, const 
                          const em_view *bias, int64_t norm_numel, double eps) {
     return K()->layer_norm(ctx, out, x, weight, bias, norm_numel, eps);
 }
+em_status cpu_adaptive_avg_pool2d(void *ctx, const em_view *out, const em_view *x) {
+    return K()->adaptive_avg_pool2d(ctx, out, x);
+}
+em_status cpu_adaptive_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy) {
+    return K()->adaptive_avg_pool2d_backward(ctx, gx, gy);
+}

@@ -35,4 +35,6 @@ const cpu_kernels CPU_K(cpu_kernels) = {
     .avg_pool2d = CPU_K(cpu_avg_pool2d),
     .avg_pool2d_backward = CPU_K(cpu_avg_pool2d_backward),
     .layer_norm = CPU_K(cpu_layer_norm),
+    .adaptive_avg_pool2d = CPU_K(cpu_adaptive_avg_pool2d),
+    .adaptive_avg_pool2d_backward = CPU_K(cpu_adaptive_avg_pool2d_backward),
 };

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "stage.h"
 
 char *openblas_get_corename(void);
 
@@ -255,9 +256,57 @@ static em_status matmul_int(const em_view *out, const em_view *a, const em_view 
     return EM_OK;
 }
 
+/* ---- bool matmul: out[i, j] = OR over p of (a[i, p] && b[p, j]) (ref's wrapping int64 sum
+ *      of products, stored as != 0, is nonzero exactly then); rows split over the pool ---- */
+
+typedef struct bmm_job {
+    const em_view *out, *a, *b;
+    int64_t m, n, k;
+} bmm_job;
+
+static void bmm_rows(int64_t lo, int64_t hi, void *arg) {
+    const bmm_job *j = arg;
+    const int r = j->out->rank;
+    const int64_t asm_ = j->a->strides[r - 2], ask = j->a->strides[r - 1];
+    const int64_t bsk = j->b->strides[r - 2], bsn = j->b->strides[r - 1];
+    const uint8_t *A = j->a->buf, *B = j->b->buf;
+    uint8_t *O = j->out->buf;
+    for (int64_t row = lo; row < hi; row++) {
+        const int64_t bi = row / j->m, i = row % j->m;
+        int64_t oa, ob;
+        batch_offsets(j->out, j->a, j->b, bi, &oa, &ob);
+        uint8_t *o = O + j->out->offset + row * j->n; /* out: contiguous */
+        memset(o, 0, (size_t)j->n);
+        for (int64_t p = 0; p < j->k; p++) {
+            if (!A[oa + i * asm_ + p * ask]) continue;
+            const uint8_t *brow = B + ob + p * bsk;
+            for (int64_t c = 0; c < j->n; c++) o[c] |= brow[c * bsn] != 0;
+        }
+    }
+}
+
+static em_status matmul_bool(const em_view *out, const em_view *a, const em_view *b) {
+    const int r = out->rank;
+    bmm_job j = {out, a, b, out->shape[r - 2], out->shape[r - 1], a->shape[r - 1]};
+    int64_t rows = j.m;
+    for (int d = 0; d < r - 2; d++) rows *= out->shape[d];
+    cpu_parallel_for(rows, (1 << 16) / (j.n * j.k + 1) + 1, bmm_rows, &j);
+    return EM_OK;
+}
+
 em_status cpu_matmul(void *ctx, const em_view *out, const em_view *a, const em_view *b) {
-    if (out->rank < 2 || !cpu_contiguous(out))
-        return CPU_FALLBACK(CPU_FB_MATMUL, out->dtype, matmul, ctx, out, a, b);
+    if (out->rank < 2 || a->rank != out->rank || b->rank != out->rank)
+        return em_backend_set_error(EM_ERR_SHAPE, "cpu: matmul takes out, a and b of one rank "
+                                    ">= 2 ([..., m, n] = [..., m, k] @ [..., k, n]); got ranks "
+                                    "%d, %d, %d", out->rank, a->rank, b->rank);
+    if (cpu_numel(out) == 0) return EM_OK;
+    if (!cpu_contiguous(out)) { /* computed contiguous, then copied into out's layout */
+        cpu_stage so;
+        em_status s = cpu_stage_out(out, out->dtype, false, &so);
+        if (s == EM_OK) s = cpu_stage_out_finish(out, &so, cpu_matmul(ctx, &so.v, a, b));
+        return s;
+    }
+    if (out->dtype == EM_BOOL) return matmul_bool(out, a, b);
     if (out->dtype == EM_F32 || out->dtype == EM_F64) return matmul_blas(out, a, b);
     if (out->dtype == EM_F16 || out->dtype == EM_BF16) {
         /* through f32: convert the operands, multiply, round the result once */

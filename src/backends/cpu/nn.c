@@ -1,16 +1,23 @@
-/* nn.c — the cpu backend's pooling (max with indices, average and its input gradient) and
- * layer_norm for f32 and f64 on NCHW data.
+/* nn.c — the cpu backend's pooling (max with indices, average and its input gradient,
+ * adaptive average and its input gradient) and layer_norm on NCHW data: the loops run f32 and
+ * f64 on contiguous planes; the entry points stage f16/bf16 (through f32, rounded once from
+ * the f32 result as ref rounds from its double one) and strided operands and outputs (packed
+ * once, see stage.h). Integer dtypes (which the core never passes) go to ref.
  *
  * Pooling runs one output row at a time, tap by tap: for each (kernel row, kernel column) the
  * loop over the row's outputs reads the input with the pooling stride (vectorized, strides 1
  * and 2 specialized), so every output sees its window's taps in the ref kernel's order
  * (row-major), which keeps the ref's tie, NaN and summation-order semantics. Threaded over
- * the N*C planes; layer_norm over rows. Sums accumulate in double, as the ref kernels do.
- * Other dtypes go to the ref kernels. */
+ * the N*C planes; layer_norm over rows. Sums accumulate in double, as the ref kernels do. */
 #include <math.h>
 #include <stdatomic.h>
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 #include "cpu.h"
+#include "stage.h"
 
 #if defined(__GNUC__)
 #define CPU_INLINE inline __attribute__((always_inline))
@@ -198,23 +205,18 @@ static void maxpool_range(int64_t lo, int64_t hi, void *arg) {
     }
 }
 
-/** Common checks of the pooling fast paths: f32/f64 4-d, contiguous outputs. */
-static bool pool_fast(const em_view *out, const em_view *x) {
-    return (x->dtype == EM_F32 || x->dtype == EM_F64) && out->dtype == x->dtype &&
-           x->rank == 4 && out->rank == 4 && cpu_contiguous(out);
+/** The pooling kernels' operands: f32/f64/f16/bf16 4-d, out of x's dtype (the kernels below
+ *  run f32/f64 on contiguous planes; the entry points stage the rest, see stage.h). */
+static bool pool_ok(const em_view *out, const em_view *x) {
+    const em_dtype dt = x->dtype;
+    return (dt == EM_F32 || dt == EM_F64 || dt == EM_F16 || dt == EM_BF16) && out->dtype == dt &&
+           x->rank == 4 && out->rank == 4;
 }
 
-em_status CPU_K(cpu_max_pool2d)(void *ctx, const em_view *out, const em_view *indices,
-                                const em_view *x, const em_pool_args *a) {
-    bool fast = pool_fast(out, x) && (!indices || (indices->dtype == EM_I64 &&
-                                                   cpu_contiguous(indices)));
-    if (!fast || cpu_numel(x) == 0) return CPU_FALLBACK(CPU_FB_MAX_POOL2D, out->dtype, max_pool2d, ctx, out, indices, x, a);
-    if (cpu_numel(out) == 0) return EM_OK;
-    em_view cv;
-    void *tmp;
-    em_status st = cpu_contig_input(x, &cv, &tmp);
-    if (st != EM_OK) return st;
-    pool_job j = {.a = a, .dt = x->dtype, .x = cpu_ptr(&cv), .out = cpu_ptr(out),
+/* out, idx (may be NULL): contiguous, of x's dtype and i64; x contiguous f32/f64 */
+static void maxpool_f(const em_view *out, const em_view *indices, const em_view *x,
+                      const em_pool_args *a) {
+    pool_job j = {.a = a, .dt = x->dtype, .x = cpu_ptr(x), .out = cpu_ptr(out),
                   .idx = indices ? (int64_t *)cpu_ptr(indices) : NULL, .H = x->shape[2],
                   .W = x->shape[3], .OH = out->shape[2], .OW = out->shape[3]};
     const int64_t planes = out->shape[0] * out->shape[1];
@@ -230,8 +232,23 @@ em_status CPU_K(cpu_max_pool2d)(void *ctx, const em_view *out, const em_view *in
         const int64_t grain = NN_GRAIN / imax(1, j.H * j.W);
         cpu_parallel_for(planes, imax(1, grain), maxpool_range, &j);
     }
-    if (tmp) cpu_scratch_free(tmp);
-    return EM_OK;
+}
+
+em_status CPU_K(cpu_max_pool2d)(void *ctx, const em_view *out, const em_view *indices,
+                                const em_view *x, const em_pool_args *a) {
+    if (!pool_ok(out, x) || (indices && (indices->dtype != EM_I64 || indices->rank != 4)))
+        return CPU_FALLBACK(CPU_FB_MAX_POOL2D, out->dtype, max_pool2d, ctx, out, indices, x, a);
+    if (cpu_numel(out) == 0) return EM_OK;
+    const em_dtype ct = cpu_stage_dtype(x->dtype);
+    cpu_stage sx = {0}, so = {0}, si = {0};
+    em_status st = cpu_stage_in(x, ct, &sx);
+    if (st == EM_OK) st = cpu_stage_out(out, ct, false, &so);
+    if (st == EM_OK && indices) st = cpu_stage_out(indices, EM_I64, false, &si);
+    if (st == EM_OK) maxpool_f(&so.v, indices ? &si.v : NULL, &sx.v, a);
+    if (indices) st = cpu_stage_out_finish(indices, &si, st);
+    st = cpu_stage_out_finish(out, &so, st);
+    cpu_stage_free(&sx);
+    return st;
 }
 
 /* ---- avg_pool2d ---- */
@@ -319,21 +336,35 @@ static void avgpool_range(int64_t lo, int64_t hi, void *arg) {
     }
 }
 
-em_status CPU_K(cpu_avg_pool2d)(void *ctx, const em_view *out, const em_view *x,
-                                const em_pool_args *a) {
-    if (!pool_fast(out, x) || cpu_numel(x) == 0) return CPU_FALLBACK(CPU_FB_AVG_POOL2D, out->dtype, avg_pool2d, ctx, out, x, a);
-    if (cpu_numel(out) == 0) return EM_OK;
-    em_view cv;
-    void *tmp;
-    em_status st = cpu_contig_input(x, &cv, &tmp);
-    if (st != EM_OK) return st;
-    pool_job j = {.a = a, .dt = x->dtype, .x = cpu_ptr(&cv), .out = cpu_ptr(out),
+static em_status avgpool_f(const em_view *out, const em_view *x, const em_pool_args *a) {
+    pool_job j = {.a = a, .dt = x->dtype, .x = cpu_ptr(x), .out = cpu_ptr(out),
                   .H = x->shape[2], .W = x->shape[3], .OH = out->shape[2], .OW = out->shape[3]};
     const int64_t planes = out->shape[0] * out->shape[1];
     const int64_t grain = NN_GRAIN / imax(1, j.H * j.W);
     cpu_parallel_for(planes, imax(1, grain), avgpool_range, &j);
-    if (tmp) cpu_scratch_free(tmp);
     return EM_OK;
+}
+
+/* y = f(x) for a pooling kernel f of contiguous f32/f64 planes: x and y staged (stage.h) */
+typedef em_status (*pool_fn)(const em_view *y, const em_view *x, const em_pool_args *a);
+
+static em_status pool_staged(pool_fn f, const em_view *y, const em_view *x,
+                             const em_pool_args *a) {
+    if (cpu_numel(y) == 0) return EM_OK;
+    const em_dtype ct = cpu_stage_dtype(x->dtype);
+    cpu_stage sx = {0}, sy = {0};
+    em_status st = cpu_stage_in(x, ct, &sx);
+    if (st == EM_OK) st = cpu_stage_out(y, ct, false, &sy);
+    if (st == EM_OK) st = cpu_stage_out_finish(y, &sy, f(&sy.v, &sx.v, a));
+    cpu_stage_free(&sx);
+    return st;
+}
+
+em_status CPU_K(cpu_avg_pool2d)(void *ctx, const em_view *out, const em_view *x,
+                                const em_pool_args *a) {
+    if (!pool_ok(out, x))
+        return CPU_FALLBACK(CPU_FB_AVG_POOL2D, out->dtype, avg_pool2d, ctx, out, x, a);
+    return pool_staged(avgpool_f, out, x, a);
 }
 
 /* ---- avg_pool2d_backward: each gy element, divided by its window's divisor, is added to
@@ -388,7 +419,7 @@ static void avgpool_bwd_range(int64_t lo, int64_t hi, void *arg) {
     const int64_t in = j->H * j->W, on = j->OH * j->OW;
     const bool f32 = j->dt == EM_F32;
     /* f64 accumulates straight into gx; f32 in a double plane, rounded at the end */
-    double *buf = cpu_scratch((size_t)((f32 ? in : 0) + j->OW) * sizeof(double));
+    double *buf = cpu_scratch((size_t)((f32 ? in : 0) + j->OW + 1) * sizeof(double));
     if (!buf) {
         atomic_store(&j->nomem, 1);
         return;
@@ -408,25 +439,251 @@ static void avgpool_bwd_range(int64_t lo, int64_t hi, void *arg) {
     cpu_scratch_free(buf);
 }
 
-em_status CPU_K(cpu_avg_pool2d_backward)(void *ctx, const em_view *gx, const em_view *gy,
-                                         const em_pool_args *a) {
-    if (!pool_fast(gx, gy) || cpu_numel(gy) == 0)
-        return CPU_FALLBACK(CPU_FB_AVG_POOL2D_BWD, gx->dtype, avg_pool2d_backward, ctx, gx, gy, a);
-    if (cpu_numel(gx) == 0) return EM_OK;
-    em_view cv;
-    void *tmp;
-    em_status st = cpu_contig_input(gy, &cv, &tmp);
-    if (st != EM_OK) return st;
-    pool_job j = {.a = a, .dt = gy->dtype, .x = cpu_ptr(&cv), .out = cpu_ptr(gx),
+static em_status avgpool_bwd_f(const em_view *gx, const em_view *gy, const em_pool_args *a) {
+    pool_job j = {.a = a, .dt = gy->dtype, .x = cpu_ptr(gy), .out = cpu_ptr(gx),
                   .H = gx->shape[2], .W = gx->shape[3], .OH = gy->shape[2], .OW = gy->shape[3]};
     atomic_init(&j.nomem, 0);
     const int64_t planes = gx->shape[0] * gx->shape[1];
     const int64_t grain = NN_GRAIN / imax(1, j.H * j.W);
     cpu_parallel_for(planes, imax(1, grain), avgpool_bwd_range, &j);
-    if (tmp) cpu_scratch_free(tmp);
     if (atomic_load(&j.nomem))
         return em_backend_set_error(EM_ERR_NOMEM, "cpu: out of memory (avg_pool2d_backward)");
     return EM_OK;
+}
+
+em_status CPU_K(cpu_avg_pool2d_backward)(void *ctx, const em_view *gx, const em_view *gy,
+                                         const em_pool_args *a) {
+    if (!pool_ok(gx, gy))
+        return CPU_FALLBACK(CPU_FB_AVG_POOL2D_BWD, gx->dtype, avg_pool2d_backward, ctx, gx, gy, a);
+    return pool_staged(avgpool_bwd_f, gx, gy, a);
+}
+
+/* ---- adaptive_avg_pool2d and its backward: PyTorch's bins, bin i of n over a length L
+ *      spanning [floor(i*L/n), ceil((i+1)*L/n)); sums in double, divided by the bin's size
+ *      in double and rounded once, as ref ---- */
+
+/* b[2i], b[2i + 1]: the bounds of bin i of n over L (computed once per call: the plane loops
+ * would otherwise spend most of their time in integer divisions) */
+static void bins_init(int64_t *b, int64_t L, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        b[2 * i] = i * L / n;
+        b[2 * i + 1] = ((i + 1) * L + n - 1) / n;
+    }
+}
+
+/* the sum of x[0, n) in double: 8 partial sums in two vectors of 4 (GCC / Clang vector
+ * extensions, one source at every level), reduced as a tree */
+typedef float aap_v4f __attribute__((vector_size(16), aligned(4), may_alias));
+typedef double aap_v4d __attribute__((vector_size(32)));
+typedef double aap_v4du __attribute__((vector_size(32), aligned(8), may_alias));
+
+/* (by pointer: a 32-byte vector passed by value draws GCC's ABI note at the portable level) */
+static inline double aap_reduce(const aap_v4d *a, const aap_v4d *b, double s) {
+    const aap_v4d c = *a + *b;
+    return s + ((c[0] + c[2]) + (c[1] + c[3]));
+}
+static inline double aap_sum_f32(const float *restrict x, int64_t n) {
+    aap_v4d a = {0, 0, 0, 0}, b = {0, 0, 0, 0};
+    int64_t i = 0;
+#if defined(__AVX__)
+    /* GCC 12 lowers the generic conversion below to pairs of 2-lane ones (1.6x slower) */
+    for (; i + 8 <= n; i += 8) {
+        a += (aap_v4d)_mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        b += (aap_v4d)_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+    }
+#endif
+    for (; i + 8 <= n; i += 8) {
+        a += __builtin_convertvector(*(const aap_v4f *)(x + i), aap_v4d);
+        b += __builtin_convertvector(*(const aap_v4f *)(x + i + 4), aap_v4d);
+    }
+    double s = 0;
+    for (; i < n; i++) s += (double)x[i];
+    return aap_reduce(&a, &b, s);
+}
+static inline double aap_sum_f64(const double *restrict x, int64_t n) {
+    aap_v4d a = {0, 0, 0, 0}, b = {0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        a += *(const aap_v4du *)(x + i);
+        b += *(const aap_v4du *)(x + i + 4);
+    }
+    double s = 0;
+    for (; i < n; i++) s += x[i];
+    return aap_reduce(&a, &b, s);
+}
+
+#define AAP_LOOPS(T, S)                                                                            \
+    /* col: W doubles of scratch */                                                                \
+    static void aap_plane_##S(T *restrict out, const T *restrict x, double *restrict col,          \
+                              const int64_t *yb, const int64_t *xb, int64_t H, int64_t W,          \
+                              int64_t OH, int64_t OW) {                                            \
+        if (OH == 1 && OW == 1) { /* global pooling: one contiguous sum */                         \
+            out[0] = (T)(aap_sum_##S(x, H * W) / (double)(H * W));                                 \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t oy = 0; oy < OH; oy++) {                                                      \
+            const int64_t y0 = yb[2 * oy], y1 = yb[2 * oy + 1];                          \
+            for (int64_t ix = 0; ix < W; ix++) col[ix] = 0;                                        \
+            for (int64_t iy = y0; iy < y1; iy++) {                                                 \
+                const T *restrict r = x + iy * W;                                                  \
+                for (int64_t ix = 0; ix < W; ix++) col[ix] += (double)r[ix];                       \
+            }                                                                                      \
+            for (int64_t ox = 0; ox < OW; ox++) {                                                  \
+                const int64_t x0 = xb[2 * ox], x1 = xb[2 * ox + 1];                      \
+                double s = 0;                                                                      \
+                for (int64_t ix = x0; ix < x1; ix++) s += col[ix];                                 \
+                out[oy * OW + ox] = (T)(s / (double)((y1 - y0) * (x1 - x0)));                      \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    /* g: H*W doubles of scratch when bins overlap (NULL when they do not: each input then gets \
+     * one term, written straight) */                                                              \
+    static void aap_bwd_plane_##S(T *restrict gx, const T *restrict gy, double *restrict g,        \
+                                  const int64_t *yb, const int64_t *xb, int64_t H, int64_t W,      \
+                                  int64_t OH, int64_t OW) {                                        \
+        if (!g) {                                                                                  \
+            for (int64_t oy = 0; oy < OH; oy++) {                                                  \
+                const int64_t y0 = yb[2 * oy], y1 = yb[2 * oy + 1];                      \
+                for (int64_t ox = 0; ox < OW; ox++) {                                              \
+                    const int64_t x0 = xb[2 * ox], x1 = xb[2 * ox + 1];                  \
+                    const T v = (T)((double)gy[oy * OW + ox] / (double)((y1 - y0) * (x1 - x0)));   \
+                    for (int64_t iy = y0; iy < y1; iy++)                                           \
+                        for (int64_t ix = x0; ix < x1; ix++) gx[iy * W + ix] = v;                  \
+                }                                                                                  \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t i = 0; i < H * W; i++) g[i] = 0;                                              \
+        for (int64_t oy = 0; oy < OH; oy++) { /* (oy, ox) ascending: ref's order per input */      \
+            const int64_t y0 = yb[2 * oy], y1 = yb[2 * oy + 1];                          \
+            for (int64_t ox = 0; ox < OW; ox++) {                                                  \
+                const int64_t x0 = xb[2 * ox], x1 = xb[2 * ox + 1];                      \
+                const double v = (double)gy[oy * OW + ox] / (double)((y1 - y0) * (x1 - x0));       \
+                for (int64_t iy = y0; iy < y1; iy++)                                               \
+                    for (int64_t ix = x0; ix < x1; ix++) g[iy * W + ix] += v;                      \
+            }                                                                                      \
+        }                                                                                          \
+        for (int64_t i = 0; i < H * W; i++) gx[i] = (T)g[i];                                       \
+    }
+
+AAP_LOOPS(float, f32)
+AAP_LOOPS(double, f64)
+
+typedef struct aap_job {
+    em_dtype dt;
+    const void *in; /* x (forward) or gy (backward) planes */
+    void *out;      /* out or gx planes */
+    int64_t H, W, OH, OW;
+    const int64_t *yb, *xb; /* bins_init's bounds */
+    bool bwd, overlap;
+    atomic_int nomem;
+} aap_job;
+
+static void aap_range(int64_t lo, int64_t hi, void *arg) {
+    aap_job *j = arg;
+    const int64_t xn = j->H * j->W, yn = j->OH * j->OW;
+    const int64_t need = j->bwd ? (j->overlap ? xn : 0) : j->W;
+    double *buf = NULL;
+    if (need > 0 && !(buf = cpu_scratch((size_t)need * sizeof(double)))) {
+        atomic_store(&j->nomem, 1);
+        return;
+    }
+    if (!j->bwd && j->OH == 1 && j->OW == 1) { /* global pooling: a tight loop of plane sums */
+        const double cnt = (double)xn;
+        if (j->dt == EM_F32) {
+            const float *x = j->in;
+            float *o = j->out;
+            for (int64_t p = lo; p < hi; p++) o[p] = (float)(aap_sum_f32(x + p * xn, xn) / cnt);
+        } else {
+            const double *x = j->in;
+            double *o = j->out;
+            for (int64_t p = lo; p < hi; p++) o[p] = aap_sum_f64(x + p * xn, xn) / cnt;
+        }
+        lo = hi;
+    }
+    if (j->bwd && j->OH == 1 && j->OW == 1) { /* its gradient: each plane filled with gy / HW */
+        const double cnt = (double)xn;
+        if (j->dt == EM_F32) {
+            const float *gy = j->in;
+            float *gx = j->out;
+            for (int64_t p = lo; p < hi; p++) {
+                const float v = (float)((double)gy[p] / cnt);
+                for (int64_t i = 0; i < xn; i++) gx[p * xn + i] = v;
+            }
+        } else {
+            const double *gy = j->in;
+            double *gx = j->out;
+            for (int64_t p = lo; p < hi; p++) {
+                const double v = gy[p] / cnt;
+                for (int64_t i = 0; i < xn; i++) gx[p * xn + i] = v;
+            }
+        }
+        lo = hi;
+    }
+    for (int64_t p = lo; p < hi; p++) {
+        if (!j->bwd && j->dt == EM_F32)
+            aap_plane_f32((float *)j->out + p * yn, (const float *)j->in + p * xn, buf, j->yb,
+                          j->xb, j->H, j->W, j->OH, j->OW);
+        else if (!j->bwd)
+            aap_plane_f64((double *)j->out + p * yn, (const double *)j->in + p * xn, buf, j->yb,
+                          j->xb, j->H, j->W, j->OH, j->OW);
+        else if (j->dt == EM_F32)
+            aap_bwd_plane_f32((float *)j->out + p * xn, (const float *)j->in + p * yn, buf, j->yb,
+                              j->xb, j->H, j->W, j->OH, j->OW);
+        else
+            aap_bwd_plane_f64((double *)j->out + p * xn, (const double *)j->in + p * yn, buf,
+                              j->yb, j->xb, j->H, j->W, j->OH, j->OW);
+    }
+    if (buf) cpu_scratch_free(buf);
+}
+
+/* x: [N, C, H, W], y: [N, C, OH, OW], contiguous f32/f64; bwd: y -> x */
+static em_status aap_run(const em_view *x, const em_view *y, bool bwd) {
+    aap_job j = {.dt = x->dtype, .H = x->shape[2], .W = x->shape[3], .OH = y->shape[2],
+                 .OW = y->shape[3], .bwd = bwd};
+    j.in = cpu_ptr(bwd ? y : x);
+    j.out = cpu_ptr(bwd ? x : y);
+    j.overlap = (j.OH > 0 && j.H % j.OH != 0) || (j.OW > 0 && j.W % j.OW != 0);
+    atomic_init(&j.nomem, 0);
+    const int64_t planes = x->shape[0] * x->shape[1];
+    if (bwd && (j.OH == 0 || j.OW == 0)) { /* no bins: zeros */
+        j.overlap = true;
+    }
+    int64_t *b = cpu_scratch((size_t)(2 * (j.OH + j.OW) + 1) * sizeof(int64_t));
+    if (!b) return em_backend_set_error(EM_ERR_NOMEM, "cpu: out of memory (adaptive_avg_pool2d)");
+    bins_init(b, j.H, j.OH);
+    bins_init(b + 2 * j.OH, j.W, j.OW);
+    j.yb = b;
+    j.xb = b + 2 * j.OH;
+    cpu_parallel_for(planes, imax(1, NN_GRAIN / imax(1, j.H * j.W)), aap_range, &j);
+    cpu_scratch_free(b);
+    if (atomic_load(&j.nomem))
+        return em_backend_set_error(EM_ERR_NOMEM, "cpu: out of memory (adaptive_avg_pool2d)");
+    return EM_OK;
+}
+
+static em_status aap_fwd_f(const em_view *y, const em_view *x, const em_pool_args *a) {
+    (void)a;
+    return aap_run(x, y, false);
+}
+static em_status aap_bwd_f(const em_view *gx, const em_view *gy, const em_pool_args *a) {
+    (void)a;
+    return aap_run(gx, gy, true);
+}
+
+em_status CPU_K(cpu_adaptive_avg_pool2d)(void *ctx, const em_view *out, const em_view *x) {
+    if (!pool_ok(out, x))
+        return CPU_FALLBACK(CPU_FB_ADAPTIVE_AVG_POOL2D, out->dtype, adaptive_avg_pool2d, ctx, out,
+                            x);
+    return pool_staged(aap_fwd_f, out, x, NULL);
+}
+
+em_status CPU_K(cpu_adaptive_avg_pool2d_backward)(void *ctx, const em_view *gx,
+                                                  const em_view *gy) {
+    if (!pool_ok(gx, gy))
+        return CPU_FALLBACK(CPU_FB_ADAPTIVE_AVG_POOL2D_BWD, gx->dtype,
+                            adaptive_avg_pool2d_backward, ctx, gx, gy);
+    return pool_staged(aap_bwd_f, gx, gy, NULL);
 }
 
 /* ---- layer_norm ---- */
@@ -490,30 +747,34 @@ static void ln_range(int64_t lo, int64_t hi, void *arg) {
     }
 }
 
-/** weight / bias usable by the fast path: absent, or dt with stride 1 over n elements. */
-static bool ln_param_ok(const em_view *v, em_dtype dt, int64_t n) {
-    return !v || (v->dtype == dt && cpu_numel(v) == n && cpu_contiguous(v));
-}
-
 em_status CPU_K(cpu_layer_norm)(void *ctx, const em_view *out, const em_view *x,
                                 const em_view *weight, const em_view *bias, int64_t norm_numel,
                                 double eps) {
     const em_dtype dt = x->dtype;
-    bool fast = (dt == EM_F32 || dt == EM_F64) && out->dtype == dt && norm_numel > 0 &&
-                cpu_contiguous(out) && cpu_numel(out) == cpu_numel(x) &&
-                ln_param_ok(weight, dt, norm_numel) && ln_param_ok(bias, dt, norm_numel);
-    if (!fast)
+    const bool ok = (dt == EM_F32 || dt == EM_F64 || dt == EM_F16 || dt == EM_BF16) &&
+                    out->dtype == dt && cpu_numel(out) == cpu_numel(x) && norm_numel >= 0 &&
+                    (!weight || (weight->dtype == dt && cpu_numel(weight) == norm_numel)) &&
+                    (!bias || (bias->dtype == dt && cpu_numel(bias) == norm_numel));
+    if (!ok)
         return CPU_FALLBACK(CPU_FB_LAYER_NORM, out->dtype, layer_norm, ctx, out, x, weight, bias,
                             norm_numel, eps);
-    const int64_t rows = cpu_numel(x) / norm_numel;
+    const int64_t rows = norm_numel > 0 ? cpu_numel(x) / norm_numel : 0;
     if (rows == 0) return EM_OK;
-    em_view cv;
-    void *tmp;
-    em_status st = cpu_contig_input(x, &cv, &tmp);
-    if (st != EM_OK) return st;
-    ln_job j = {dt, cpu_ptr(&cv), weight ? cpu_ptr(weight) : NULL, bias ? cpu_ptr(bias) : NULL,
-                cpu_ptr(out), norm_numel, eps};
-    cpu_parallel_for(rows, imax(1, NN_GRAIN / norm_numel), ln_range, &j);
-    if (tmp) cpu_scratch_free(tmp);
-    return EM_OK;
+    /* f16/bf16 through f32, x and the parameters packed when strided (stage.h) */
+    const em_dtype ct = cpu_stage_dtype(dt);
+    cpu_stage sx = {0}, sw = {0}, sb = {0}, so = {0};
+    em_status st = cpu_stage_in(x, ct, &sx);
+    if (st == EM_OK) st = cpu_stage_in(weight, ct, &sw);
+    if (st == EM_OK) st = cpu_stage_in(bias, ct, &sb);
+    if (st == EM_OK) st = cpu_stage_out(out, ct, false, &so);
+    if (st == EM_OK) {
+        ln_job j = {ct, cpu_ptr(&sx.v), weight ? cpu_ptr(&sw.v) : NULL,
+                    bias ? cpu_ptr(&sb.v) : NULL, cpu_ptr(&so.v), norm_numel, eps};
+        cpu_parallel_for(rows, imax(1, NN_GRAIN / norm_numel), ln_range, &j);
+        st = cpu_stage_out_finish(out, &so, EM_OK);
+    }
+    cpu_stage_free(&sx);
+    cpu_stage_free(&sw);
+    cpu_stage_free(&sb);
+    return st;
 }

@@ -459,6 +459,9 @@ add("gather", [T("f32", rnd((3, 4))), T("i64", np.zeros((3, 0), np.int64))], r_g
 add("gather", [T("f32", rnd((4, 3)), view=("transpose", 0, 1)),
                T("i64", [[3, 0, 1, 2], [2, 2, 0, 0], [0, 1, 2, 3]], view=("flip", [1]))],
     r_gather, params={"dim": 1}, tag="strided")
+add("gather", [T("bf16", rnd((3, 6, 4)), view=("permute", [1, 0, 2])),
+               T("i64", [[[1], [0], [2]], [[2], [2], [0]]], view=("expand", [2, 3, 4]))],
+    r_gather, params={"dim": 1}, tag="3d-expanded-index")
 err("gather", [T("f32", rnd((3, 4))), T("i64", [[0, 4]])], "EM_ERR_ARG", "out-of-range", dim=1)
 err("gather", [T("f32", rnd((3, 4))), T("i64", [[0, -1]])], "EM_ERR_ARG", "negative", dim=1)
 err("gather", [T("f32", rnd((3, 4))), T("i64", [0, 1])], "EM_ERR_SHAPE", "rank", dim=1)
@@ -483,6 +486,18 @@ add("scatter_add", [T("f32", rnd((2, 3))), T("i64", np.zeros((2, 0), np.int64)),
 add("scatter_add", [T("f32", rnd((4, 3)), view=("transpose", 0, 1)), T("i64", SIDX),
                     T("f32", rnd((3, 6)), view=("slice", 1, 0, 6, 2))], r_scatter_add,
     params={"dim": 1}, tag="strided")
+# embedding's backward: the index laid along dim 0 and expanded (stride 0) over the columns,
+# repeats summed; and a 3-d scatter along the middle dim with a permuted out and f16 sums
+for dt in ("f32", "bf16"):
+    add("scatter_add", [T(dt, np.zeros((5, 7))), T("i64", [[3], [0], [3], [4], [3], [1]],
+                                                   view=("expand", [6, 7])),
+                        T(dt, vals(dt, (6, 7)))], r_scatter_add, params={"dim": 0},
+        tag="expanded-index-" + dt)
+add("scatter_add", [T("f16", vals("f16", (2, 5, 3)), view=("permute", [2, 0, 1])),
+                    T("i32", [[[0, 1, 0, 4], [2, 2, 2, 0]], [[1, 1, 3, 0], [4, 0, 0, 1]],
+                              [[0, 0, 0, 0], [3, 2, 1, 0]]]),
+                    T("f16", vals("f16", (3, 2, 4)))], r_scatter_add, params={"dim": 2},
+    tag="3d-permuted-f16")
 err("scatter_add", [T("f32", rnd((3, 4))), T("i64", SIDX), T("f64", rnd((3, 3)))],
     "EM_ERR_DTYPE", "dtype", dim=1)
 err("scatter_add", [T("bool", rndb((3, 4))), T("i64", SIDX), T("bool", rndb((3, 3)))],
@@ -507,6 +522,9 @@ add("index_select", [T("f32", rnd((2, 5))), T("i64", np.zeros((0,), np.int64))],
 add("index_select", [T("f32", rnd((5, 3)), view=("transpose", 0, 1)),
                      T("i64", [4, 9, 0, 9, 2], view=("slice", 0, 0, 5, 2))], r_index_select,
     params={"dim": 1}, tag="strided")
+add("index_select", [T("f16", rnd((3, 7, 4)), view=("slice", 1, 0, 7, 2)),
+                     T("i32", [3, 0, 3, 1, 2])], r_index_select, params={"dim": 1},
+    tag="3d-sliced-f16")
 err("index_select", [T("f32", rnd((4, 3))), T("i64", [[0, 1]])], "EM_ERR_SHAPE", "2d-index",
     dim=0)
 err("index_select", [T("f32", rnd((4, 3))), T("i64", [4])], "EM_ERR_ARG", "out-of-range", dim=0)

@@ -308,6 +308,12 @@ def conv2d_cases():
     for dt in ("f16", "bf16"):
         _add("conv2d", [T(dt, rnd((1, 2, 5, 5))), T(dt, rnd((3, 2, 3, 3))), T(dt, rnd((3,)))],
              "%s/basic" % dt, r_conv2d, params={"padding": [1, 1]}, tol=HALF_TOL[dt])
+    _add("conv2d", [T("f16", rnd((2, 6, 5, 4)), view=("permute", [0, 3, 1, 2])),
+                    T("f16", rnd((6, 2, 3, 3))), T("f16", rnd((6,)))], "f16/groups2_nhwc",
+         r_conv2d, params={"groups": 2, "padding": [1, 1], "stride": [2, 1]},
+         tol=HALF_TOL["f16"])
+    _add("conv2d", [T("bf16", rnd((0, 3, 5, 5))), T("bf16", rnd((2, 3, 3, 3)))],
+         "bf16/empty_batch", r_conv2d)
     # Errors.
     x, w = rnd((1, 3, 5, 5)), rnd((4, 3, 3, 3))
     _add("conv2d", [T("f32", rnd((3, 5, 5))), T("f32", w)], "err/rank", error="EM_ERR_SHAPE")
@@ -372,6 +378,10 @@ def conv_transpose2d_cases():
          r_conv_transpose2d, params={"stride": [2, 2]})
     _add("conv_transpose2d", [T("f32", rnd((0, 2, 3, 3))), T("f32", rnd((2, 3, 2, 2)))],
          "f32/empty_batch", r_conv_transpose2d)
+    _add("conv_transpose2d", [T("f16", rnd((1, 4, 3, 3)), view=("transpose", 2, 3)),
+                              T("f16", rnd((4, 3, 2, 2))), T("f16", rnd((6,)))],
+         "f16/groups2_transposed", r_conv_transpose2d, params={"groups": 2, "stride": [2, 1]},
+         tol=HALF_TOL["f16"])
     _add("conv_transpose2d", [T("bf16", rnd((1, 2, 3, 3))), T("bf16", rnd((2, 2, 2, 2))),
                               T("bf16", rnd((2,)))], "bf16/basic", r_conv_transpose2d,
          params={"stride": [2, 2]}, tol=HALF_TOL["bf16"])
@@ -463,6 +473,23 @@ def pool_cases():
          r_adaptive_avg_pool2d, params={"output": [1, 1]})
     _add("adaptive_avg_pool2d", [T("f32", rnd((1, 4, 6, 5)), view=("slice", 1, 0, 4, 2))],
          "f32/x_sliced", r_adaptive_avg_pool2d, params={"output": [4, 3]})
+    # f16 / bf16 (through f32) with strided inputs: channels-last and sliced views
+    for dt in ("f16", "bf16"):
+        tol = HALF_TOL[dt]
+        xc = rnd((2, 5, 6, 3))  # NHWC storage, an NCHW view
+        _add("max_pool2d", [T(dt, xc, view=("permute", [0, 3, 1, 2]))], "%s/k3s2p1_nhwc" % dt,
+             r_max_pool2d, params={"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1],
+                                   "indices": True}, out=[dt, "i64"])
+        _add("avg_pool2d", [T(dt, xc, view=("permute", [0, 3, 1, 2]))], "%s/pad_exclude_nhwc" % dt,
+             r_avg_pool2d, params={"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1],
+                                   "count_include_pad": False}, tol=tol)
+        _add("adaptive_avg_pool2d", [T(dt, rnd((2, 3, 7, 7)))], "%s/global" % dt,
+             r_adaptive_avg_pool2d, params={"output": [1, 1]}, tol=tol)
+        _add("adaptive_avg_pool2d", [T(dt, rnd((1, 4, 7, 5)), view=("slice", 1, 0, 4, 2))],
+             "%s/nondivisible_sliced" % dt, r_adaptive_avg_pool2d, params={"output": [3, 2]},
+             tol=tol)
+    _add("adaptive_avg_pool2d", [T("f32", rnd((2, 6, 7, 3)), view=("permute", [0, 3, 1, 2]))],
+         "f32/global_nhwc", r_adaptive_avg_pool2d, params={"output": [1, 1]})
     # Errors.
     x = rnd((1, 2, 4, 4))
     _add("max_pool2d", [T("f32", x)], "err/pad_gt_half", params={"kernel": [2, 2],
@@ -531,6 +558,14 @@ def misc_cases():
          params={"ndim": 1})
     _add("layer_norm", [T("f16", rnd((2, 8))), T("f16", rnd((8,))), T("f16", rnd((8,)))],
          "f16/affine", r_layer_norm, params={"ndim": 1}, tol=HALF_TOL["f16"])
+    _add("layer_norm", [T("bf16", rnd((3, 16))), T("bf16", rnd((16,))), T("bf16", rnd((16,)))],
+         "bf16/affine", r_layer_norm, params={"ndim": 1}, tol=HALF_TOL["bf16"])
+    _add("layer_norm", [T("f16", rnd((5, 3)), view=("transpose", 0, 1)),
+                        T("f16", rnd((10,)), view=("slice", 0, 0, 10, 2)),
+                        T("f16", rnd((5,)), view=("flip", [0]))],
+         "f16/views", r_layer_norm, params={"ndim": 1}, tol=HALF_TOL["f16"])
+    _add("layer_norm", [T("f64", rnd((2, 6))), T("f64", rnd((12,)), view=("slice", 0, 1, 12, 2))],
+         "f64/weight_strided", r_layer_norm, params={"ndim": 1})
     _add("layer_norm", [T("f32", rnd((3, 4))), T("f32", rnd((3,)))], "err/weight_shape",
          params={"ndim": 1}, error="EM_ERR_SHAPE")
     _add("layer_norm", [T("f32", rnd((3, 4)))], "err/ndim0", params={"ndim": 0},
