@@ -2,7 +2,9 @@
  * conv_transpose2d, with any stride, padding, dilation and groups (NCHW).
  *
  * Two methods:
- *   - direct, while the reduction per output (Cg*KH*KW) is moderate: each task copies the input
+ *   - direct, in the avx512 copy, while the reduction per output (Cg*KH*KW) is moderate (the
+ *     portable copy, which avx2 runs too, uses im2col + GEMM; EMBER_CPU_CONV=direct|gemm
+ *     forces one method for tests and benchmarks): each task copies the input
  *     rows it needs into zero-padded scratch rows (split into stride phases, so that any
  *     stride reads consecutive elements), then register-tiled kernels run on GCC vector types:
  *     conv2d tiles of 8 output channels x 2 vectors of columns (4, 3, 2, 1 channels x 2 or 4
@@ -24,6 +26,7 @@
  * weight there gives NaN. */
 #include <cblas.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -738,8 +741,33 @@ static void release(inputs *in) {
  * core up to K = 1152, OpenBLAS's Haswell sgemm ~70-85, its SkylakeX sgemm ~140-150 and
  * ahead beyond); a GEMM with few output channels (Og < 8 rows) wastes its tiles. Pointwise
  * convolutions are a plain GEMM. */
+/* EMBER_CPU_CONV=direct|gemm forces a method where both apply (benchmarks, tests); unset or
+ * auto: the rule below. Read once. */
+enum { CONV_AUTO, CONV_DIRECT, CONV_GEMM };
+static int conv_mode(void) {
+    static _Atomic int mode = -1;
+    int m = atomic_load_explicit(&mode, memory_order_relaxed);
+    if (m < 0) {
+        const char *e = getenv("EMBER_CPU_CONV");
+        m = e && strcmp(e, "direct") == 0 ? CONV_DIRECT : e && strcmp(e, "gemm") == 0 ? CONV_GEMM
+                                                                                    : CONV_AUTO;
+        atomic_store_explicit(&mode, m, memory_order_relaxed);
+    }
+    return m;
+}
+
+/* The direct kernels pay off only in the avx512 copy: the portable copy (which avx2 runs)
+ * has no FMA and half-width vectors, and im2col + GEMM (OpenBLAS's AVX2 kernel, or ember's
+ * own, gemm.c) ran a ResNet's 3x3 layers (C = 16..64 at 32x32, batch 16) 5-7 times faster
+ * than it on an AMD EPYC with AVX2. */
+static bool direct_level(void) {
+    int m = conv_mode();
+    if (m != CONV_AUTO) return m == CONV_DIRECT;
+    return CPU_ISA_LEVEL >= CPU_ISA_AVX512;
+}
+
 static bool use_direct(const geom *q, em_dtype dt) {
-    if (q->KW > MAX_KW || is_pointwise(q)) return false;
+    if (q->KW > MAX_KW || is_pointwise(q) || !direct_level()) return false;
     /* narrow rows: tiles would mostly compute columns past OW */
     const int64_t VL = dt == EM_F32 ? 16 : 8;
     if (2 * q->OW < covered(q->OW, tile_vectors(q->OW, VL, 4) * VL)) return false;
@@ -748,7 +776,7 @@ static bool use_direct(const geom *q, em_dtype dt) {
 }
 
 static bool use_direct_wgrad(const geom *q, em_dtype dt) {
-    if (q->KW > MAX_KW || is_pointwise(q)) return false;
+    if (q->KW > MAX_KW || is_pointwise(q) || !direct_level()) return false;
     const int64_t VL = dt == EM_F32 ? 16 : 8;
     if (2 * q->OW < (q->OW + VL - 1) / VL * VL) return false;
     return q->Cg * q->KH * q->KW <= 1152;
