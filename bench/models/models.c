@@ -603,7 +603,7 @@ static double instance_step(instance *it) {
         if (g_profile) {
             double t2 = now_s();
             prof_add("(backward)", t1 - t0);
-            prof_add("(optimizer step)", t2 - t1);
+            prof_add("(optimizer_step)", t2 - t1);
         }
         em_grads_release(g);
         CK(em_tensor_item(loss, &out));
