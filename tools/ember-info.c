@@ -15,6 +15,7 @@
 #include "ember/ember.h"
 
 #ifdef EMBER_WITH_CPU
+#include "backends/cpu/fallback.h"
 #include "backends/cpu/isa.h"
 #endif
 #ifdef EMBER_HAVE_OPENBLAS
@@ -61,6 +62,22 @@ static void print_caps(uint32_t caps) {
     printf("\n");
 }
 
+/** True when backend o fills slot `name` with a forwarder to ref's kernel for every case (the
+ *  cpu backend's whole-slot rows in src/backends/cpu/fallback.c): not native. */
+static bool forwards_to_ref(const em_backend_ops *o, const char *name) {
+#ifdef EMBER_WITH_CPU
+    if (o->id != EM_BACKEND_CPU) return false;
+    for (int c = 0; c < CPU_FB_COUNT; c++) {
+        const cpu_fb_case *fc = cpu_fallback_case(c);
+        if (fc && fc->whole_slot && strcmp(fc->slot, name) == 0) return true;
+    }
+#else
+    (void)o;
+    (void)name;
+#endif
+    return false;
+}
+
 /** Prints one backend: its devices, capabilities, and native kernels. */
 static void print_backend(const em_backend_ops *o) {
     int count = o->device_count();
@@ -73,6 +90,8 @@ static void print_backend(const em_backend_ops *o) {
            o->memory_cached ? "yes" : "no");
     slot s[64];
     int n = list_slots(o, s, 64), have = 0;
+    for (int i = 0; i < n; i++)
+        if (s[i].present && forwards_to_ref(o, s[i].name)) s[i].present = false;
     printf("    native:");
     for (int i = 0; i < n; i++) {
         if (!s[i].present) continue;
@@ -114,6 +133,21 @@ static void print_cpu(void) {
 #endif
 }
 
+/** The cpu backend's cases that still run ref's loops, per slot (src/backends/cpu/fallback.c:
+ *  EMBER_REPORT_FALLBACKS=1 counts them at run time). */
+static void print_cpu_fallbacks(void) {
+#ifdef EMBER_WITH_CPU
+    printf("cpu: cases that run ref's kernels (EMBER_REPORT_FALLBACKS=1 counts them):\n");
+    for (int c = 0; c < CPU_FB_COUNT; c++) {
+        const cpu_fb_case *fc = cpu_fallback_case(c);
+        if (!fc) continue;
+        printf("  %-28s %s%s\n", fc->slot, fc->when,
+               fc->expected ? " [expected]" : "");
+    }
+    printf("\n");
+#endif
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) {
         fprintf(stderr, "usage: %s\n  prints the version, backends, devices and native kernels\n",
@@ -135,6 +169,7 @@ int main(int argc, char **argv) {
         if (!em_backend_get((em_backend)b)) printf(" %s", em_backend_name((em_backend)b));
     printf("\n\n");
     print_cpu();
+    print_cpu_fallbacks();
 
     size_t count = 0;
     if (em_devices(NULL, 0, &count) != EM_OK) {

@@ -1,13 +1,18 @@
 /*
  * runner.c — runs the conformance table.
  *
- *   conformance GOLDEN [--filter TEXT] [--device NAME] [--verbose]
+ *   conformance GOLDEN [--filter TEXT] [--device NAME] [--verbose] [--no-fallbacks]
  *
  * Reads every case of GOLDEN (made by gen_golden.py), runs it on `ref` and checks the outputs
  * against the golden ones that NumPy computed, then runs it on every other device that
  * em_devices() lists and checks that device against ref's outputs, with per-dtype tolerances.
  * Cases that expect an error must fail with that status on every device. Prints one line per
  * failure and ends with "N passed, N failed".
+ *
+ * --no-fallbacks (builds with the cpu backend): a case run on a cpu device (plain or wrapped
+ * for autodiff) also fails when one of the cpu kernels it called handed an f32, f64, f16 or
+ * bf16 tensor to ref's loop in a case that is not on the backend's expected list
+ * (src/backends/cpu/fallback.c); the failure names the slot and the case.
  */
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +21,9 @@
 
 #include "golden.h"
 #include "ember/remote.h" /* remote (issue 7): --remote */
+#ifdef EMBER_TEST_HAVE_CPU
+#include "backends/cpu/fallback.h" /* --no-fallbacks */
+#endif
 
 /* ---- building inputs ---- */
 
@@ -237,9 +245,45 @@ static bool check(const golden_case *c, const run_result *r, const golden_tensor
     return true;
 }
 
+/* ---- --no-fallbacks: the cpu backend's fallback counters around one run ---- */
+
+#ifdef EMBER_TEST_HAVE_CPU
+static bool is_float_dtype(em_dtype dt) {
+    return dt == EM_F32 || dt == EM_F64 || dt == EM_F16 || dt == EM_BF16;
+}
+
+typedef struct fb_snap {
+    uint64_t n[CPU_FB_COUNT][EM_DTYPE_COUNT];
+} fb_snap;
+
+static void fb_take(fb_snap *s) {
+    for (int c = 0; c < CPU_FB_COUNT; c++)
+        for (int d = 0; d < EM_DTYPE_COUNT; d++) s->n[c][d] = cpu_fallback_count(c, (em_dtype)d);
+}
+
+/* Writes the unexpected float fallbacks since `before` into msg; false when there were any. */
+static bool fb_clean(const fb_snap *before, char *msg, size_t cap) {
+    fb_snap now;
+    fb_take(&now);
+    size_t used = 0;
+    msg[0] = '\0';
+    for (int c = 0; c < CPU_FB_COUNT; c++) {
+        const cpu_fb_case *fc = cpu_fallback_case(c);
+        if (!fc || fc->expected) continue;
+        for (int d = 0; d < EM_DTYPE_COUNT; d++) {
+            if (!is_float_dtype((em_dtype)d) || now.n[c][d] == before->n[c][d]) continue;
+            int w = snprintf(msg + used, cap - used, "%sran ref's %s (%s): %s", used ? "; " : "",
+                             fc->slot, em_dtype_name((em_dtype)d), fc->when);
+            if (w > 0) used += (size_t)w < cap - used ? (size_t)w : cap - used - 1;
+        }
+    }
+    return used == 0;
+}
+#endif
+
 int main(int argc, char **argv) {
     const char *path = NULL, *filter = NULL, *only_dev = NULL;
-    bool verbose = false;
+    bool verbose = false, no_fallbacks = false;
     const char *remote_addr = NULL, *remote_token_file = NULL; /* remote (issue 7) */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
@@ -249,12 +293,20 @@ int main(int argc, char **argv) {
         /* ---- end remote ---- */
         else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) only_dev = argv[++i];
         else if (strcmp(argv[i], "--verbose") == 0) verbose = true;
+        else if (strcmp(argv[i], "--no-fallbacks") == 0) no_fallbacks = true;
         else path = argv[i];
     }
     if (!path) {
-        fprintf(stderr, "usage: conformance GOLDEN [--filter TEXT] [--device NAME] [--verbose]\n");
+        fprintf(stderr, "usage: conformance GOLDEN [--filter TEXT] [--device NAME] [--verbose] "
+                        "[--no-fallbacks]\n");
         return 2;
     }
+#ifndef EMBER_TEST_HAVE_CPU
+    if (no_fallbacks) {
+        fprintf(stderr, "conformance: --no-fallbacks needs a build with the cpu backend\n");
+        return 2;
+    }
+#endif
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "conformance: cannot open %s\n", path);
@@ -331,8 +383,16 @@ int main(int argc, char **argv) {
             em_device_name(devs[d], nm, sizeof nm);
             if (only_dev && strcmp(only_dev, nm) != 0) continue;
             run_result r;
+#ifdef EMBER_TEST_HAVE_CPU
+            bool watch = no_fallbacks && devs[d].backend == EM_BACKEND_CPU;
+            fb_snap before;
+            if (watch) fb_take(&before);
+#endif
             bool dok = run_on(c, fn, devs[d], &r, msg, sizeof msg) &&
                        check(c, &r, ref_r.out, ref_r.nout, msg, sizeof msg);
+#ifdef EMBER_TEST_HAVE_CPU
+            if (dok && watch) dok = fb_clean(&before, msg, sizeof msg);
+#endif
             if (dok) {
                 passed++;
             } else {
