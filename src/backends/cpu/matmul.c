@@ -1,5 +1,6 @@
 /* matmul.c — the cpu backend's GEMM and matmul: f32 and f64 through OpenBLAS (CBLAS) or
- * ember's own GEMM (gemm.c; which one: gemm_decide below), f16 and bf16 through f32 copies; batches loop over the broadcast batch dims; integer matmul
+ * ember's own GEMM (gemm.c; which one: gemm_decide below), f16 and bf16 through f32 copies;
+ * batches loop over the broadcast batch dims; integer matmul
  * goes to the ref kernel. A transposed operand (unit stride on its row dim) is passed to BLAS
  * as transposed rather than copied.
  *
