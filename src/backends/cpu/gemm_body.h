@@ -22,6 +22,10 @@ static void G(pack_a)(bool ta, const T *a, int64_t lda, int64_t mc, int64_t kc,
                 for (; r < MR; r++) d[r] = 0;
             }
         } else {
+            /* the next panel's rows, from memory: short streams the hardware does not foresee */
+            for (int64_t r = 0; i0 + MR < mc && r < gemm_min(MR, mc - i0 - MR); r++)
+                for (int64_t p = 0; p < kc; p += 64 / (int64_t)sizeof(T))
+                    __builtin_prefetch(a + (i0 + MR + r) * lda + p, 0, 3);
             for (int64_t r = 0; r < mr; r++) {
                 const T *s = a + (i0 + r) * lda;
                 for (int64_t p = 0; p < kc; p++) pa[p * MR + r] = s[p];
@@ -42,6 +46,7 @@ static void G(pack_b)(bool tb, const T *b, int64_t ldb, int64_t kc, int64_t nc,
         if (!tb) {
             for (int64_t p = 0; p < kc; p++) {
                 const T *s = b + p * ldb + j0;
+                __builtin_prefetch(s + 2 * NR, 0, 3); /* two panels ahead: a line a row */
                 T *d = pb + p * NR;
                 int64_t q = 0;
                 for (; q < nr; q++) d[q] = s[q];
@@ -134,12 +139,66 @@ __attribute__((noinline)) static void G(kernel)(int64_t kc, const T *restrict pa
 }
 #undef STEP
 
+/* sum of x[p * ix] y[p * iy], p < k: vectors when both are contiguous */
+static T G(dot)(const T *x, int64_t ix, const T *y, int64_t iy, int64_t k) {
+    int64_t p = 0;
+    T s = 0;
+    if (ix == 1 && iy == 1) {
+        V s0 = {0}, s1 = {0};
+        for (; p + 2 * W <= k; p += 2 * W) {
+            s0 = FMA(G(ldu)(x + p), G(ldu)(y + p), s0);
+            s1 = FMA(G(ldu)(x + p + W), G(ldu)(y + p + W), s1);
+        }
+        s0 += s1;
+        for (int i = 0; i < (int)W; i++) s += s0[i];
+        for (; p < k; p++) s += x[p] * y[p];
+        return s;
+    }
+    T s1 = 0, s2 = 0, s3 = 0;
+    for (; p + 4 <= k; p += 4) {
+        s += x[p * ix] * y[p * iy];
+        s1 += x[(p + 1) * ix] * y[(p + 1) * iy];
+        s2 += x[(p + 2) * ix] * y[(p + 2) * iy];
+        s3 += x[(p + 3) * ix] * y[(p + 3) * iy];
+    }
+    for (; p < k; p++) s += x[p * ix] * y[p * iy];
+    return (s + s1) + (s2 + s3);
+}
+
+/* Products where packing costs more than it saves (a row or a column of C, or a few thousand
+ * multiply-adds in all): C's rows as sums of B's rows (B not transposed), else as dot
+ * products of op(A)'s rows and op(B)'s columns. */
+static void G(gemm_small)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T *a,
+                          int64_t lda, const T *b, int64_t ldb, T beta, T *c, int64_t ldc) {
+    const int64_t ia = ta ? lda : 1; /* step of p along a row of op(A) */
+    for (int64_t i = 0; i < m; i++) {
+        const T *ai = a + (ta ? i : i * lda);
+        T *ci = c + i * ldc;
+        if (!tb && n > 1) {
+            for (int64_t j = 0; j < n; j++) ci[j] = beta == 0 ? 0 : beta * ci[j];
+            for (int64_t p = 0; p < k; p++) {
+                const T x = ai[p * ia], *bp = b + p * ldb;
+                for (int64_t j = 0; j < n; j++) ci[j] += x * bp[j];
+            }
+        } else {
+            for (int64_t j = 0; j < n; j++) {
+                const T d = G(dot)(ai, ia, b + (tb ? j * ldb : j), tb ? 1 : ldb, k);
+                ci[j] = beta == 0 ? d : d + beta * ci[j];
+            }
+        }
+    }
+}
+
 static void G(gemm)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T *a, int64_t lda,
                     const T *b, int64_t ldb, T beta, T *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) { /* C = beta C, and beta 0 writes zeros whatever C held */
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
+        return;
+    }
+    if (m == 1 || n == 1 || m * n * k <= 4096) {
+        G(gemm_small)(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
         return;
     }
     int64_t kcb = GEMM_KC, mcb = GEMM_MC, ncb = GEMM_NC;
