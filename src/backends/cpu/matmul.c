@@ -57,9 +57,10 @@ static void gemm_decide(void) {
         else
             snprintf(why, cap, "EMBER_CPU_GEMM=%s", env);
     } else {
-        const char *how = !env || !*env || strcasecmp(env, "auto") == 0
-                              ? "auto"
-                              : "auto: EMBER_CPU_GEMM is not auto, openblas or ember";
+        char how[96] = "auto";
+        if (env && *env && strcasecmp(env, "auto") != 0)
+            snprintf(how, sizeof how, "auto: EMBER_CPU_GEMM=%.24s is not auto, openblas or ember",
+                     env);
         gemm_sel.ember = unrunnable || below;
         if (unrunnable)
             snprintf(why, cap, "%s: OpenBLAS runs %s, which this CPU (%s) cannot run", how,
