@@ -46,7 +46,8 @@ static void G(pack_b)(bool tb, const T *b, int64_t ldb, int64_t kc, int64_t nc,
         if (!tb) {
             for (int64_t p = 0; p < kc; p++) {
                 const T *s = b + p * ldb + j0;
-                __builtin_prefetch(s + 2 * NR, 0, 3); /* two panels ahead: a line a row */
+                /* two micro-panels ahead, a line a row (an address only: it may lie past B) */
+                __builtin_prefetch((const void *)((uintptr_t)s + 2 * NR * sizeof(T)), 0, 3);
                 T *d = pb + p * NR;
                 int64_t q = 0;
                 for (; q < nr; q++) d[q] = s[q];
@@ -223,15 +224,21 @@ static void G(gemm)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T *
         const int64_t nc = gemm_min(ncb, n - jc);
         for (int64_t pc = 0; pc < k; pc += kcb) {
             const int64_t kc = gemm_min(kcb, k - pc);
-            G(pack_b)(tb, b + (tb ? jc * ldb + pc : pc * ldb + jc), ldb, kc, nc, pb);
+            const T *bp = b + (tb ? jc * ldb + pc : pc * ldb + jc);
             for (int64_t ic = 0; ic < m; ic += mcb) {
                 const int64_t mc = gemm_min(mcb, m - ic);
                 G(pack_a)(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, pa);
-                for (int64_t jr = 0; jr < nc; jr += NR)
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    /* B's micro-panels are packed as the first A block reaches them, so that
+                     * the microkernel finds each one in L1 */
+                    if (ic == 0)
+                        G(pack_b)(tb, bp + (tb ? jr * ldb : jr), ldb, kc, gemm_min(NR, nc - jr),
+                                  pb + jr * kc);
                     for (int64_t ir = 0; ir < mc; ir += MR)
                         G(kernel)(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr,
                                   ldc, gemm_min(MR, mc - ir), gemm_min(NR, nc - jr), pc == 0,
                                   beta);
+                }
             }
         }
     }
