@@ -307,16 +307,18 @@ static void section_peak(em_device cpu) {
            "fractions)\n", cpu_isa_name(level));
     printf("  em_matmul runs: %s\n", line);
     if (!pool1)
-        printf("  (em_matmul's one-thread column needs EMBER_NUM_THREADS=1; the matmul section "
-               "below times it with the pool)\n");
+        printf("  (em_matmul's one-thread column needs EMBER_NUM_THREADS=1; the matmul section\n"
+               "   below times it with the pool)\n");
     openblas_set_num_threads(1);
     for (int d = 0; d < 2; d++) {
         const bool f64 = d == 1;
         const size_t sz = f64 ? sizeof(double) : sizeof(float);
         double pk_med[64];
         int r = rounds > 64 ? 64 : rounds;
-        printf("  %s  %6s %10s %16s %16s %16s\n", f64 ? "f64" : "f32", "n", "peak GF/s",
-               "ember GF/s (fr)", "OpenBLAS (fr)", pool1 ? "em_matmul (fr)" : "");
+        printf("  %s  %6s %10s %16s %16s", f64 ? "f64" : "f32", "n", "peak GF/s",
+               "ember GF/s (fr)", "OpenBLAS (fr)");
+        if (pool1) printf(" %16s", "em_matmul (fr)");
+        printf("\n");
         for (int n = 512; n <= 2048; n *= 2) {
             int64_t shape[2] = {n, n};
             em_tensor *ta, *tb, *a32 = rand_on(shape, 2, cpu, 11),
