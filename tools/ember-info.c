@@ -122,11 +122,18 @@ static void print_cpu(void) {
     printf("cpu: isa %s\n", line);
 #ifdef EMBER_HAVE_OPENBLAS
     const char *core = openblas_get_corename(), *env = getenv("OPENBLAS_CORETYPE");
+    int cpu_threads(void);
+    int openblas_get_num_threads(void);
+    const int pool = cpu_threads(); /* starts the pool, which sets OpenBLAS to one thread */
     printf("cpu: openblas %s; kernel %s", openblas_get_config(), core ? core : "?");
     if (env && *env) printf(" (OPENBLAS_CORETYPE=%s)", env);
-    printf("\n");
-    if (cpu_blas_core_warning(core, cpu_isa_best(), line, sizeof line) ||
-        cpu_blas_core_unrunnable(core, cpu_isa_best(), line, sizeof line))
+    printf("; threads %d (ember splits a product over its own pool of %d)\n",
+           openblas_get_num_threads(), pool);
+    cpu_gemm_describe(line, sizeof line);
+    printf("cpu: gemm %s\n", line);
+    /* a kernel below the CPU's level only costs speed when OpenBLAS's GEMM runs */
+    if (cpu_blas_core_unrunnable(core, cpu_isa_best(), line, sizeof line) ||
+        (!cpu_gemm_is_ember() && cpu_blas_core_warning(core, cpu_isa_best(), line, sizeof line)))
         printf("cpu: warning: %s\n", line);
 #endif
     printf("\n");

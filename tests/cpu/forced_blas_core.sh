@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # OPENBLAS_CORETYPE forcing a kernel that this CPU cannot run (SkylakeX without AVX-512,
 # Haswell without AVX2) must not kill the process with SIGILL: ember-info warns, and the
-# cpu backend's matmul and convolutions give the right numbers with their own loops.
+# cpu backend's matmul and convolutions give the right numbers with ember's own GEMM.
 # Arguments: ember-info, conformance, golden.txt. Exit status 77 (skipped) on a CPU that runs
 # every x86 kernel of OpenBLAS (AVX-512), or off x86-64.
 set -u

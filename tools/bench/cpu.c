@@ -19,9 +19,15 @@
 
 #ifdef EMBER_HAVE_OPENBLAS
 #include <cblas.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "backends/cpu/isa.h"
 char *openblas_get_corename(void);
 void openblas_set_num_threads(int n);
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 #endif
 
 #define TRY(x)                                                                                \
@@ -168,6 +174,210 @@ static float *host_copy(const em_tensor *t) {
     TRY(em_tensor_to_data(t, p, bytes));
     return p;
 }
+
+
+#ifdef EMBER_HAVE_OPENBLAS
+/* ---- one core against its FMA peak ---- */
+
+static double thread_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* The peak loop: N independent chains a = a * x + y (x just below 1, y small: the values stay
+ * near 1, never denormal), enough of them to cover FMA latency x throughput (Zen 3: 4 cycles
+ * x 2 a cycle = 8; Intel's AVX-512 cores: 4 x 2), fewer than the registers (16 ymm / 32 zmm)
+ * so that nothing spills. Returns GFLOP/s (2 flops a lane an FMA), one thread's CPU time. */
+#define PK_X(a) a = PK_FMA(a, x, y);
+#define PK_12(X) X(a0) X(a1) X(a2) X(a3) X(a4) X(a5) X(a6) X(a7) X(a8) X(a9) X(a10) X(a11)
+#define PK_24(X) PK_12(X) X(b0) X(b1) X(b2) X(b3) X(b4) X(b5) X(b6) X(b7) X(b8) X(b9) X(b10) X(b11)
+#define PK_BODY(VT, SET1, CHAINS, NCH, LANES)                                                 \
+    const VT x = SET1(0.9999999), y = SET1(1e-7);                                             \
+    VT a0 = SET1(1.00), a1 = SET1(1.01), a2 = SET1(1.02), a3 = SET1(1.03), a4 = SET1(1.04),   \
+       a5 = SET1(1.05), a6 = SET1(1.06), a7 = SET1(1.07), a8 = SET1(1.08), a9 = SET1(1.09),   \
+       a10 = SET1(1.10), a11 = SET1(1.11);                                                    \
+    PK_MORE(VT, SET1)                                                                         \
+    double t0 = thread_ns();                                                                  \
+    for (long i = 0; i < iters; i++) {                                                        \
+        CHAINS(PK_X)                                                                          \
+    }                                                                                         \
+    double t = thread_ns() - t0;                                                              \
+    VT s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11 PK_SUM;                \
+    volatile double sink = (double)s[0];                                                      \
+    (void)sink;                                                                               \
+    return (double)iters * (NCH) * (LANES) * 2.0 / t;
+
+#if defined(__x86_64__) || defined(__i386__)
+#define PK_MORE(VT, SET1)
+#define PK_SUM
+#define PK_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+__attribute__((target("avx2,fma"))) static double peak_avx2_f32(long iters) {
+    PK_BODY(__m256, _mm256_set1_ps, PK_12, 12, 8)
+}
+#undef PK_FMA
+#define PK_FMA(a, b, c) _mm256_fmadd_pd(a, b, c)
+__attribute__((target("avx2,fma"))) static double peak_avx2_f64(long iters) {
+    PK_BODY(__m256d, _mm256_set1_pd, PK_12, 12, 4)
+}
+#undef PK_FMA
+#define PK_FMA(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c)
+static double peak_sse2_f32(long iters) { PK_BODY(__m128, _mm_set1_ps, PK_12, 12, 4) }
+#undef PK_FMA
+#define PK_FMA(a, b, c) _mm_add_pd(_mm_mul_pd(a, b), c)
+static double peak_sse2_f64(long iters) { PK_BODY(__m128d, _mm_set1_pd, PK_12, 12, 2) }
+#undef PK_FMA
+#undef PK_MORE
+#undef PK_SUM
+#define PK_MORE(VT, SET1)                                                                     \
+    VT b0 = SET1(1.12), b1 = SET1(1.13), b2 = SET1(1.14), b3 = SET1(1.15), b4 = SET1(1.16),   \
+       b5 = SET1(1.17), b6 = SET1(1.18), b7 = SET1(1.19), b8 = SET1(1.20), b9 = SET1(1.21),   \
+       b10 = SET1(1.22), b11 = SET1(1.23);
+#define PK_SUM +b0 + b1 + b2 + b3 + b4 + b5 + b6 + b7 + b8 + b9 + b10 + b11
+#define PK_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+__attribute__((target("avx512f"))) static double peak_avx512_f32(long iters) {
+    PK_BODY(__m512, _mm512_set1_ps, PK_24, 24, 16)
+}
+#undef PK_FMA
+#define PK_FMA(a, b, c) _mm512_fmadd_pd(a, b, c)
+__attribute__((target("avx512f"))) static double peak_avx512_f64(long iters) {
+    PK_BODY(__m512d, _mm512_set1_pd, PK_24, 24, 8)
+}
+#undef PK_FMA
+#undef PK_MORE
+#undef PK_SUM
+#endif
+
+/* The peak of the chosen level in GFLOP/s, f32 or f64, over about `ms` milliseconds. */
+static double peak_gflops(int level, bool f64, double ms) {
+#if defined(__x86_64__) || defined(__i386__)
+    double (*fn)(long) = level >= CPU_ISA_AVX512 ? (f64 ? peak_avx512_f64 : peak_avx512_f32)
+                         : level == CPU_ISA_AVX2 ? (f64 ? peak_avx2_f64 : peak_avx2_f32)
+                                                 : (f64 ? peak_sse2_f64 : peak_sse2_f32);
+    const double per_iter = (level >= CPU_ISA_AVX512 ? 24.0 * 64 : 12.0 * (level == CPU_ISA_AVX2
+                                                                              ? 32 : 16)) /
+                            (f64 ? 8 : 4) * 2.0; /* flops an iteration */
+    double rate = fn(20000);                     /* flop/ns */
+    long iters = (long)(ms * 1e6 * rate / per_iter) + 1000;
+    return fn(iters);
+#else
+    (void)level;
+    (void)f64;
+    (void)ms;
+    return 0;
+#endif
+}
+
+typedef struct gemm1_job {
+    int n, reps, which; /* 0: ember's GEMM, 1: OpenBLAS, 2: em_matmul */
+    bool f64;
+    void *a, *b, *c;
+    em_tensor *ta, *tb;
+    const cpu_kernels *k;
+} gemm1_job;
+
+static void gemm1_run(gemm1_job *j) {
+    const int n = j->n;
+    for (int r = 0; r < j->reps; r++) {
+        if (j->which == 0) {
+            j->k->gemm(j->f64 ? EM_F64 : EM_F32, false, false, n, n, n, j->a, n, j->b, n, 0.0,
+                       j->c, n);
+        } else if (j->which == 1) {
+            if (j->f64)
+                cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, j->a, n,
+                            j->b, n, 0.0, j->c, n);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, j->a, n,
+                            j->b, n, 0.0f, j->c, n);
+        } else {
+            em_tensor *o;
+            TRY(em_matmul(j->ta, j->tb, &o));
+            em_tensor_release(o);
+        }
+    }
+}
+
+static void section_peak(em_device cpu) {
+    const int level = cpu_isa();
+    const cpu_kernels *k = cpu_kernels_of(level);
+    const bool pool1 = pool_threads() == 1;
+    char line[320];
+    cpu_gemm_describe(line, sizeof line);
+    printf("\none core vs its FMA peak (%s vectors; thread CPU time, medians of per-round "
+           "fractions)\n", cpu_isa_name(level));
+    printf("  em_matmul runs: %s\n", line);
+    if (!pool1)
+        printf("  (em_matmul's one-thread column needs EMBER_NUM_THREADS=1; the matmul section\n"
+               "   below times it with the pool)\n");
+    openblas_set_num_threads(1);
+    for (int d = 0; d < 2; d++) {
+        const bool f64 = d == 1;
+        const size_t sz = f64 ? sizeof(double) : sizeof(float);
+        double pk_med[64];
+        int r = rounds > 64 ? 64 : rounds;
+        printf("  %s  %6s %10s %16s %16s", f64 ? "f64" : "f32", "n", "peak GF/s",
+               "ember GF/s (fr)", "OpenBLAS (fr)");
+        if (pool1) printf(" %16s", "em_matmul (fr)");
+        printf("\n");
+        for (int n = 512; n <= 2048; n *= 2) {
+            int64_t shape[2] = {n, n};
+            em_tensor *ta, *tb, *a32 = rand_on(shape, 2, cpu, 11),
+                                *b32 = rand_on(shape, 2, cpu, 12);
+            if (f64) {
+                TRY(em_cast(a32, EM_F64, &ta));
+                TRY(em_cast(b32, EM_F64, &tb));
+                em_tensor_release(a32);
+                em_tensor_release(b32);
+            } else {
+                ta = a32;
+                tb = b32;
+            }
+            size_t bytes = sz * (size_t)n * (size_t)n;
+            void *ha = malloc(bytes), *hb = malloc(bytes), *hc = malloc(bytes);
+            if (!ha || !hb || !hc) {
+                fprintf(stderr, "ember-bench cpu: out of memory\n");
+                exit(1);
+            }
+            TRY(em_tensor_to_data(ta, ha, bytes));
+            TRY(em_tensor_to_data(tb, hb, bytes));
+            memset(hc, 0, bytes);
+            const int reps = n <= 512 ? 8 : 1, nj = pool1 ? 3 : 2;
+            gemm1_job jobs[3];
+            for (int w = 0; w < 3; w++)
+                jobs[w] = (gemm1_job){n, reps, w, f64, ha, hb, hc, ta, tb, k};
+            double gf[3][64], fr[3][64];
+            const double flop = 2.0 * n * n * (double)n * reps;
+            for (int w = 0; w < nj; w++) gemm1_run(&jobs[w]); /* warm-up */
+            for (int i = 0; i < r; i++) {
+                double pk = peak_gflops(level, f64, 30);
+                pk_med[i] = pk;
+                for (int q = 0; q < nj; q++) {
+                    int w = (q + i) % nj; /* the order rotates from round to round */
+                    double t0 = thread_ns();
+                    gemm1_run(&jobs[w]);
+                    double t = thread_ns() - t0;
+                    gf[w][i] = flop / t;
+                    fr[w][i] = gf[w][i] / pk;
+                }
+            }
+            printf("       %6d %10.1f", n, bench_median(pk_med, r));
+            for (int w = 0; w < nj; w++) {
+                double g = bench_median(gf[w], r), f = bench_median(fr[w], r);
+                printf("  %8.1f (%.2f)", g, f);
+            }
+            printf("\n");
+            free(ha);
+            free(hb);
+            free(hc);
+            em_tensor_release(ta);
+            em_tensor_release(tb);
+        }
+    }
+    printf("  (fr: fraction of the one-core peak above; ember's GEMM is the %s copy, %dx%d f32 "
+           "tiles)\n", cpu_isa_name(level), k->gemm_mr, k->gemm_nr);
+    openblas_set_num_threads(1);
+}
+#endif
 
 /* ---- the sections ---- */
 
@@ -324,6 +534,9 @@ int bench_cpu(int argc, char **argv) {
 #ifdef EMBER_HAVE_OPENBLAS
     printf("OpenBLAS kernel: %s; ember's pool and the BLAS baseline: %d thread(s)\n",
            openblas_get_corename(), pool_threads());
+#endif
+#ifdef EMBER_HAVE_OPENBLAS
+    section_peak(cpu);
 #endif
     section_matmul(cpu);
     section_elementwise(cpu);

@@ -145,7 +145,7 @@ bool cpu_maxpool2x2_f32(float *out, int64_t *idx, const float *x, int64_t planes
 #include <cblas.h>
 /** C = A B + beta C with CBLAS conventions (row-major), f32 or f64, split over the pool. */
 /** False when OpenBLAS's kernel cannot run on this CPU (cpu_blas_core_unrunnable): cpu_gemm
- *  then multiplies with plain loops. Decided once. */
+ *  then runs ember's GEMM (gemm.c) whatever EMBER_CPU_GEMM says. Decided once. */
 bool cpu_blas_usable(void);
 void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
               int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
@@ -185,6 +185,22 @@ em_status CPU_K(cpu_layer_norm)(void *ctx, const em_view *out, const em_view *x,
 em_status CPU_K(cpu_adaptive_avg_pool2d)(void *ctx, const em_view *out, const em_view *x);
 em_status CPU_K(cpu_adaptive_avg_pool2d_backward)(void *ctx, const em_view *gx,
                                                   const em_view *gy);
+/* gemm.c: ember's GEMM (see isa.h's cpu_kernels.gemm); its tile at this level is CPU_GEMM_MR
+ * rows by CPU_GEMM_NV vectors of CPU_GEMM_VB bytes (the level's vector width) */
+void CPU_K(cpu_gemm_kernel)(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                            const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
+                            void *c, int64_t ldc);
+#if CPU_ISA_LEVEL >= CPU_ISA_AVX512
+#define CPU_GEMM_VB 64
+#define CPU_GEMM_MR 12
+#elif CPU_ISA_LEVEL == CPU_ISA_AVX2
+#define CPU_GEMM_VB 32
+#define CPU_GEMM_MR 6
+#else
+#define CPU_GEMM_VB 16
+#define CPU_GEMM_MR 4
+#endif
+#define CPU_GEMM_NV 2
 /* kernels.c: this copy's table */
 extern const cpu_kernels CPU_K(cpu_kernels);
 /* compare.c: dense f32/f64 comparisons (false: not handled, the caller falls back) */

@@ -183,7 +183,7 @@ bool cpu_blas_core_unrunnable(const char *core, int best, char *buf, size_t cap)
     if (buf && cap)
         snprintf(buf, cap, "OpenBLAS was told to run its %s kernel (OPENBLAS_CORETYPE), which "
                  "needs %s, and this CPU lacks it: ember's matmul and convolutions use their "
-                 "own (slow) GEMM instead of crashing; unset OPENBLAS_CORETYPE or set it to %s",
+                 "own GEMM instead of crashing; unset OPENBLAS_CORETYPE or set it to %s",
                  core, needs, best >= CPU_ISA_AVX2 ? "Haswell" : "Prescott");
     return true;
 }

@@ -88,7 +88,19 @@ typedef struct cpu_kernels {
                             double eps);
     em_status (*adaptive_avg_pool2d)(void *ctx, const em_view *out, const em_view *x);
     em_status (*adaptive_avg_pool2d_backward)(void *ctx, const em_view *gx, const em_view *gy);
+    /* gemm.c: ember's GEMM, C = op(A) op(B) + beta C, row-major (CBLAS conventions), f32 or
+     * f64, on the calling thread; its tile is gemm_mr x gemm_nr f32 (f64: half the columns) */
+    void (*gemm)(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                 int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+    int gemm_mr, gemm_nr;
 } cpu_kernels;
+
+/** Which GEMM cpu_gemm runs (matmul.c), chosen once from EMBER_CPU_GEMM (auto, openblas,
+ *  ember; see matmul.c) and OpenBLAS's kernel: true for ember's (the chosen level's table's
+ *  gemm), false for OpenBLAS's. cpu_gemm_describe: one line on the choice and why, e.g.
+ *  "ember avx2 6x16 (auto: OpenBLAS runs Prescott, below this CPU's avx2)". */
+bool cpu_gemm_is_ember(void);
+void cpu_gemm_describe(char *buf, size_t cap);
 
 /** The table of a level compiled into this build, else NULL (the unit tests run one op
  *  through every level with it). */

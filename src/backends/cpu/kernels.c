@@ -37,4 +37,7 @@ const cpu_kernels CPU_K(cpu_kernels) = {
     .layer_norm = CPU_K(cpu_layer_norm),
     .adaptive_avg_pool2d = CPU_K(cpu_adaptive_avg_pool2d),
     .adaptive_avg_pool2d_backward = CPU_K(cpu_adaptive_avg_pool2d_backward),
+    .gemm = CPU_K(cpu_gemm_kernel),
+    .gemm_mr = CPU_GEMM_MR,
+    .gemm_nr = CPU_GEMM_NV * CPU_GEMM_VB / 4,
 };

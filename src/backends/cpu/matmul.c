@@ -1,5 +1,6 @@
-/* matmul.c — the cpu backend's GEMM and matmul: f32 and f64 through OpenBLAS (CBLAS), f16
- * and bf16 through f32 copies; batches loop over the broadcast batch dims; integer matmul
+/* matmul.c — the cpu backend's GEMM and matmul: f32 and f64 through OpenBLAS (CBLAS) or
+ * ember's own GEMM (gemm.c; which one: gemm_decide below), f16 and bf16 through f32 copies;
+ * batches loop over the broadcast batch dims; integer matmul
  * goes to the ref kernel. A transposed operand (unit stride on its row dim) is passed to BLAS
  * as transposed rather than copied.
  *
@@ -8,23 +9,89 @@
  * threads, which spin for a while after each threaded call, never compete with ours. */
 #include <cblas.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cpu.h"
 #include "stage.h"
 
 char *openblas_get_corename(void);
 
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-static bool blas_ok = true;
+/* ---- which GEMM: OpenBLAS's or ember's own (gemm.c) ----
+ * EMBER_CPU_GEMM (read once, any case):
+ *   - unset, empty or `auto`: ember's GEMM when OpenBLAS's kernel is below what this CPU runs
+ *     (cpu_blas_core_warning: an SSE kernel such as Prescott on an AVX2 or AVX-512 CPU, what
+ *     Debian's OpenBLAS 0.3.21 picks on CPUs it does not know) or needs instructions this CPU
+ *     lacks (cpu_blas_core_unrunnable: a forced OPENBLAS_CORETYPE); OpenBLAS otherwise;
+ *   - `ember`: ember's GEMM always;
+ *   - `openblas`: OpenBLAS always, unless its kernel cannot run here (then ember's: never
+ *     SIGILL);
+ *   - anything else: auto.
+ * Every choice runs on every CPU: ember's GEMM is the chosen ISA level's (cpu_isa). */
+char *openblas_get_corename(void);
 
-static void blas_check(void) {
-    blas_ok = !cpu_blas_core_unrunnable(openblas_get_corename(), cpu_isa_best(), NULL, 0);
+static struct {
+    pthread_once_t once;
+    bool ember, usable;
+    char why[200];
+} gemm_sel = {.once = PTHREAD_ONCE_INIT};
+
+static void gemm_decide(void) {
+    const char *core = openblas_get_corename(), *env = getenv("EMBER_CPU_GEMM");
+    const int best = cpu_isa_best();
+    const bool unrunnable = cpu_blas_core_unrunnable(core, best, NULL, 0);
+    const bool below = cpu_blas_core_warning(core, best, NULL, 0);
+    gemm_sel.usable = !unrunnable;
+    char *why = gemm_sel.why;
+    const size_t cap = sizeof gemm_sel.why;
+    if (!core) core = "?";
+    if (env && strcasecmp(env, "ember") == 0) {
+        gemm_sel.ember = true;
+        snprintf(why, cap, "EMBER_CPU_GEMM=%s", env);
+    } else if (env && strcasecmp(env, "openblas") == 0) {
+        gemm_sel.ember = unrunnable;
+        if (unrunnable)
+            snprintf(why, cap, "EMBER_CPU_GEMM=%s, but OpenBLAS's %s kernel needs instructions "
+                     "this CPU lacks", env, core);
+        else
+            snprintf(why, cap, "EMBER_CPU_GEMM=%s", env);
+    } else {
+        char how[96] = "auto";
+        if (env && *env && strcasecmp(env, "auto") != 0)
+            snprintf(how, sizeof how, "auto: EMBER_CPU_GEMM=%.24s is not auto, openblas or ember",
+                     env);
+        gemm_sel.ember = unrunnable || below;
+        if (unrunnable)
+            snprintf(why, cap, "%s: OpenBLAS runs %s, which this CPU (%s) cannot run", how,
+                     core, cpu_isa_name(best));
+        else if (below)
+            snprintf(why, cap, "%s: OpenBLAS runs %s, below this CPU's %s", how, core,
+                     cpu_isa_name(best));
+        else
+            snprintf(why, cap, "%s: OpenBLAS runs %s, fit for this CPU (%s)", how, core,
+                     cpu_isa_name(best));
+    }
 }
 
 bool cpu_blas_usable(void) {
-    pthread_once(&blas_once, blas_check);
-    return blas_ok;
+    pthread_once(&gemm_sel.once, gemm_decide);
+    return gemm_sel.usable;
+}
+
+bool cpu_gemm_is_ember(void) {
+    pthread_once(&gemm_sel.once, gemm_decide);
+    return gemm_sel.ember;
+}
+
+void cpu_gemm_describe(char *buf, size_t cap) {
+    const cpu_kernels *k = cpu_kernels_of(cpu_isa());
+    if (cpu_gemm_is_ember())
+        snprintf(buf, cap, "ember %s %dx%d (%s)", cpu_isa_name(k->isa), k->gemm_mr, k->gemm_nr,
+                 gemm_sel.why);
+    else
+        snprintf(buf, cap, "openblas %s (%s)", openblas_get_corename(), gemm_sel.why);
 }
 
 /* How BLAS reads the last two dims of v: row-major (`ld` = row stride) or transposed. */
@@ -87,31 +154,6 @@ typedef struct gemm_job {
     bool split_n; /* split the columns of C (when it has few rows) instead of its rows */
 } gemm_job;
 
-/* C = op(A) op(B) + beta C, row-major, with plain loops: only for an OpenBLAS whose kernel
- * this CPU cannot run (cpu_blas_usable). beta == 0 ignores what C held (NaN included). */
-static void gemm_loops(const gemm_job *j, int64_t m, int64_t n, const char *a, const char *b,
-                       char *c) {
-    const bool f32 = j->dt == EM_F32, ta = j->ta != CblasNoTrans, tb = j->tb != CblasNoTrans;
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t q = 0; q < n; q++) {
-            double acc = 0;
-            for (int64_t p = 0; p < j->k; p++) {
-                int64_t ia = ta ? p * j->lda + i : i * j->lda + p;
-                int64_t ib = tb ? q * j->ldb + p : p * j->ldb + q;
-                acc += f32 ? (double)((const float *)a)[ia] * ((const float *)b)[ib]
-                           : ((const double *)a)[ia] * ((const double *)b)[ib];
-            }
-            int64_t ic = i * j->ldc + q;
-            if (f32) {
-                float *o = (float *)c + ic;
-                *o = (float)(j->beta == 0 ? acc : acc + j->beta * *o);
-            } else {
-                double *o = (double *)c + ic;
-                *o = j->beta == 0 ? acc : acc + j->beta * *o;
-            }
-        }
-}
-
 static void gemm_range(int64_t lo, int64_t hi, void *arg) {
     const gemm_job *j = arg;
     size_t sz = em_dtype_size(j->dt);
@@ -127,8 +169,9 @@ static void gemm_range(int64_t lo, int64_t hi, void *arg) {
         c += lo * j->ldc * (int64_t)sz;
         m = hi - lo;
     }
-    if (!cpu_blas_usable())
-        gemm_loops(j, m, n, a, b, c);
+    if (cpu_gemm_is_ember())
+        cpu_kernels_of(cpu_isa())->gemm(j->dt, j->ta != CblasNoTrans, j->tb != CblasNoTrans, m, n,
+                                        j->k, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
     else if (j->dt == EM_F32)
         cblas_sgemm(CblasRowMajor, j->ta, j->tb, (blasint)m, (blasint)n, (blasint)j->k, 1.0f,
                     (const float *)a, (blasint)j->lda, (const float *)b, (blasint)j->ldb,
@@ -150,9 +193,10 @@ void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, in
         gemm_range(0, m, &j);
         return;
     }
-    /* rows in blocks of 16 (what BLAS kernels tile by); columns when rows are few */
+    /* rows in blocks of 16 (what BLAS kernels tile by; 48 for ember's, a multiple of its tile
+     * rows at every level), columns when rows are few */
     j.split_n = m < 16 * nt && n >= 64 * nt;
-    int64_t total = j.split_n ? n : m, unit = j.split_n ? 64 : 16;
+    int64_t total = j.split_n ? n : m, unit = j.split_n ? 64 : cpu_gemm_is_ember() ? 48 : 16;
     int64_t grain = (total + 4 * nt - 1) / (4 * nt); /* several chunks a thread: balance */
     grain = (grain + unit - 1) / unit * unit;
     cpu_parallel_for(total, grain, gemm_range, &j);

@@ -1,0 +1,253 @@
+/* gemm_body.h — the type-generic part of gemm.c, included once for float and once for double
+ * with T (the element type), V (its vector type at this level), FMA, GEMM_MC, GEMM_NC and G
+ * (the name suffixer) defined. */
+
+#define W ((int64_t)(GEMM_VB / sizeof(T)))   /* lanes of a vector */
+#define NR (GEMM_NV * (int)(GEMM_VB / sizeof(T))) /* columns of a tile */
+#define MR GEMM_MR
+
+/* A block: op(A)'s rows [0, mc) and columns [0, kc) as micro-panels of MR rows, each stored
+ * column by column (MR values a column), rows past mc zero. Element (i, p) of op(A) is
+ * a[p * lda + i] when ta, else a[i * lda + p]. */
+static void G(pack_a)(bool ta, const T *a, int64_t lda, int64_t mc, int64_t kc,
+                      T *restrict pa) {
+    for (int64_t i0 = 0; i0 < mc; i0 += MR, pa += MR * kc) {
+        const int64_t mr = gemm_min(MR, mc - i0);
+        if (ta) {
+            for (int64_t p = 0; p < kc; p++) {
+                const T *s = a + p * lda + i0;
+                T *d = pa + p * MR;
+                int64_t r = 0;
+                for (; r < mr; r++) d[r] = s[r];
+                for (; r < MR; r++) d[r] = 0;
+            }
+        } else {
+            /* the next panel's rows, from memory: short streams the hardware does not foresee */
+            for (int64_t r = 0; i0 + MR < mc && r < gemm_min(MR, mc - i0 - MR); r++)
+                for (int64_t p = 0; p < kc; p += 64 / (int64_t)sizeof(T))
+                    __builtin_prefetch(a + (i0 + MR + r) * lda + p, 0, 3);
+            for (int64_t r = 0; r < mr; r++) {
+                const T *s = a + (i0 + r) * lda;
+                for (int64_t p = 0; p < kc; p++) pa[p * MR + r] = s[p];
+            }
+            for (int64_t r = mr; r < MR; r++)
+                for (int64_t p = 0; p < kc; p++) pa[p * MR + r] = 0;
+        }
+    }
+}
+
+/* A panel: op(B)'s rows [0, kc) and columns [0, nc) as micro-panels of NR columns, each
+ * stored row by row (NR values a row), columns past nc zero. Element (p, j) of op(B) is
+ * b[j * ldb + p] when tb, else b[p * ldb + j]. */
+static void G(pack_b)(bool tb, const T *b, int64_t ldb, int64_t kc, int64_t nc,
+                      T *restrict pb) {
+    for (int64_t j0 = 0; j0 < nc; j0 += NR, pb += NR * kc) {
+        const int64_t nr = gemm_min(NR, nc - j0);
+        if (!tb) {
+            for (int64_t p = 0; p < kc; p++) {
+                const T *s = b + p * ldb + j0;
+                /* two micro-panels ahead, a line a row (an address only: it may lie past B) */
+                __builtin_prefetch((const void *)((uintptr_t)s + 2 * NR * sizeof(T)), 0, 3);
+                T *d = pb + p * NR;
+                int64_t q = 0;
+                for (; q < nr; q++) d[q] = s[q];
+                for (; q < NR; q++) d[q] = 0;
+            }
+        } else {
+            for (int64_t q = 0; q < nr; q++) {
+                const T *s = b + (j0 + q) * ldb;
+                for (int64_t p = 0; p < kc; p++) pb[p * NR + q] = s[p];
+            }
+            for (int64_t q = nr; q < NR; q++)
+                for (int64_t p = 0; p < kc; p++) pb[p * NR + q] = 0;
+        }
+    }
+}
+
+static inline V G(ldu)(const T *p) {
+    V v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void G(stu)(T *p, V v) { memcpy(p, &v, sizeof v); }
+
+/* x in every lane: a broadcast (`(V){0} + x` would be an add, kept for the sign of -0) */
+static inline V G(splat)(T x) {
+#if CPU_ISA_LEVEL >= CPU_ISA_AVX512
+    return (V)(sizeof(T) == 4 ? (V)_mm512_set1_ps((float)x) : (V)_mm512_set1_pd((double)x));
+#elif CPU_ISA_LEVEL == CPU_ISA_AVX2
+    return (V)(sizeof(T) == 4 ? (V)_mm256_set1_ps((float)x) : (V)_mm256_set1_pd((double)x));
+#elif defined(__SSE2__)
+    return (V)(sizeof(T) == 4 ? (V)_mm_set1_ps((float)x) : (V)_mm_set1_pd((double)x));
+#else
+    V v = {0};
+    for (int i = 0; i < (int)W; i++) v[i] = x;
+    return v;
+#endif
+}
+
+/* One step of the microkernel: row p of the micro-panels, MR x NV FMAs. */
+#define STEP(P)                                                                               \
+    do {                                                                                      \
+        const V b0 = G(ldu)(pb + (P) * NR), b1 = G(ldu)(pb + (P) * NR + W);                   \
+        for (int r = 0; r < MR; r++) {                                                        \
+            const V ar = G(splat)(pa[(P) * MR + r]);                                          \
+            acc[r][0] = FMA(ar, b0, acc[r][0]);                                               \
+            acc[r][1] = FMA(ar, b1, acc[r][1]);                                               \
+        }                                                                                     \
+    } while (0)
+
+/* The MR x NR tile of C at c (mr x nr of it inside C) = pa (MR x kc) pb (kc x NR), plus C
+ * itself when `add`, plus beta C when `first` (the first run of kc; beta 0: C not read). */
+/* Not inlined: one copy of the loop, whose accumulators stay in registers (checked with objdump
+ * at each level, GCC 12 and clang: no stack access in the loop; a hand-unrolled loop spilled,
+ * `#pragma GCC unroll 4` does not). */
+__attribute__((noinline)) static void G(kernel)(int64_t kc, const T *restrict pa,
+                                                const T *restrict pb, T *restrict c,
+                                                int64_t ldc, int64_t mr, int64_t nr, bool first,
+                                                T beta) {
+    _Static_assert(GEMM_NV == 2, "the microkernel's steps load two vectors of B");
+    V acc[MR][GEMM_NV];
+    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = (V){0};
+    /* the tile's rows of C, wanted after the loop: their cache misses overlap it */
+    for (int64_t r = 0; r < mr; r++) {
+        __builtin_prefetch(c + r * ldc, 1, 3);
+        __builtin_prefetch(c + r * ldc + nr - 1, 1, 3);
+    }
+    int64_t p = 0;
+#pragma GCC unroll 4
+    for (; p < kc; p++, pa += MR, pb += NR) STEP(0);
+    if (mr == MR && nr == NR) {
+        for (int r = 0; r < MR; r++)
+            for (int v = 0; v < GEMM_NV; v++) {
+                T *o = c + r * ldc + v * W;
+                if (!first) G(stu)(o, acc[r][v] + G(ldu)(o));
+                else if (beta == 0) G(stu)(o, acc[r][v]);
+                else G(stu)(o, acc[r][v] + beta * G(ldu)(o));
+            }
+        return;
+    }
+    T t[MR * NR] __attribute__((aligned(64)));
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < GEMM_NV; v++) G(stu)(t + r * NR + v * W, acc[r][v]);
+    for (int64_t r = 0; r < mr; r++)
+        for (int64_t q = 0; q < nr; q++) {
+            T *o = c + r * ldc + q;
+            const T x = t[r * NR + q];
+            *o = !first ? x + *o : beta == 0 ? x : x + beta * *o;
+        }
+}
+#undef STEP
+
+/* sum of x[p * ix] y[p * iy], p < k: vectors when both are contiguous */
+static T G(dot)(const T *x, int64_t ix, const T *y, int64_t iy, int64_t k) {
+    int64_t p = 0;
+    T s = 0;
+    if (ix == 1 && iy == 1) {
+        V s0 = {0}, s1 = {0};
+        for (; p + 2 * W <= k; p += 2 * W) {
+            s0 = FMA(G(ldu)(x + p), G(ldu)(y + p), s0);
+            s1 = FMA(G(ldu)(x + p + W), G(ldu)(y + p + W), s1);
+        }
+        s0 += s1;
+        for (int i = 0; i < (int)W; i++) s += s0[i];
+        for (; p < k; p++) s += x[p] * y[p];
+        return s;
+    }
+    T s1 = 0, s2 = 0, s3 = 0;
+    for (; p + 4 <= k; p += 4) {
+        s += x[p * ix] * y[p * iy];
+        s1 += x[(p + 1) * ix] * y[(p + 1) * iy];
+        s2 += x[(p + 2) * ix] * y[(p + 2) * iy];
+        s3 += x[(p + 3) * ix] * y[(p + 3) * iy];
+    }
+    for (; p < k; p++) s += x[p * ix] * y[p * iy];
+    return (s + s1) + (s2 + s3);
+}
+
+/* Products where packing costs more than it saves (a row or a column of C, or a few thousand
+ * multiply-adds in all): C's rows as sums of B's rows (B not transposed), else as dot
+ * products of op(A)'s rows and op(B)'s columns. */
+static void G(gemm_small)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T *a,
+                          int64_t lda, const T *b, int64_t ldb, T beta, T *c, int64_t ldc) {
+    const int64_t ia = ta ? lda : 1; /* step of p along a row of op(A) */
+    for (int64_t i = 0; i < m; i++) {
+        const T *ai = a + (ta ? i : i * lda);
+        T *ci = c + i * ldc;
+        if (!tb && n > 1) {
+            for (int64_t j = 0; j < n; j++) ci[j] = beta == 0 ? 0 : beta * ci[j];
+            for (int64_t p = 0; p < k; p++) {
+                const T x = ai[p * ia], *bp = b + p * ldb;
+                for (int64_t j = 0; j < n; j++) ci[j] += x * bp[j];
+            }
+        } else {
+            for (int64_t j = 0; j < n; j++) {
+                const T d = G(dot)(ai, ia, b + (tb ? j * ldb : j), tb ? 1 : ldb, k);
+                ci[j] = beta == 0 ? d : d + beta * ci[j];
+            }
+        }
+    }
+}
+
+static void G(gemm)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T *a, int64_t lda,
+                    const T *b, int64_t ldb, T beta, T *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) { /* C = beta C, and beta 0 writes zeros whatever C held */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
+        return;
+    }
+    if (m == 1 || n == 1 || m * n * k <= 4096) {
+        G(gemm_small)(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    int64_t kcb = GEMM_KC, mcb = GEMM_MC, ncb = GEMM_NC;
+    /* the buffers sized to the problem */
+    const int64_t kmax = gemm_min(k, kcb), mmax = (gemm_min(m, mcb) + MR - 1) / MR * MR,
+                  nmax = (gemm_min(n, ncb) + NR - 1) / NR * NR;
+    T *pa = cpu_scratch((size_t)(mmax * kmax) * sizeof(T));
+    T *pb = cpu_scratch((size_t)(kmax * nmax) * sizeof(T));
+    /* out of memory: one micro-panel of each, on the stack (slower, never wrong) */
+    T sa[MR * 64] __attribute__((aligned(64))), sb[64 * NR] __attribute__((aligned(64)));
+    const bool own = pa && pb;
+    if (!own) {
+        if (pa) cpu_scratch_free(pa);
+        if (pb) cpu_scratch_free(pb);
+        pa = sa;
+        pb = sb;
+        kcb = 64;
+        mcb = MR;
+        ncb = NR;
+    }
+    for (int64_t jc = 0; jc < n; jc += ncb) {
+        const int64_t nc = gemm_min(ncb, n - jc);
+        for (int64_t pc = 0; pc < k; pc += kcb) {
+            const int64_t kc = gemm_min(kcb, k - pc);
+            const T *bp = b + (tb ? jc * ldb + pc : pc * ldb + jc);
+            for (int64_t ic = 0; ic < m; ic += mcb) {
+                const int64_t mc = gemm_min(mcb, m - ic);
+                G(pack_a)(ta, a + (ta ? pc * lda + ic : ic * lda + pc), lda, mc, kc, pa);
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    /* B's micro-panels are packed as the first A block reaches them, so that
+                     * the microkernel finds each one in L1 */
+                    if (ic == 0)
+                        G(pack_b)(tb, bp + (tb ? jr * ldb : jr), ldb, kc, gemm_min(NR, nc - jr),
+                                  pb + jr * kc);
+                    for (int64_t ir = 0; ir < mc; ir += MR)
+                        G(kernel)(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr,
+                                  ldc, gemm_min(MR, mc - ir), gemm_min(NR, nc - jr), pc == 0,
+                                  beta);
+                }
+            }
+        }
+    }
+    if (own) {
+        cpu_scratch_free(pa);
+        cpu_scratch_free(pb);
+    }
+}
+
+#undef W
+#undef NR
+#undef MR
