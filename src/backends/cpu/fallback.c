@@ -21,8 +21,12 @@ static const cpu_fb_case fb_cases[] = {
     [CPU_FB_WHERE] = {"where", "dtypes other than f32/f64, a broadcast or strided condition, "
                                "operands neither dense nor a single value",
                       false, false},
-    [CPU_FB_REDUCE] = {"reduce", "dtypes other than f32/f64, strided inputs", false, false},
-    [CPU_FB_SOFTMAX] = {"softmax", "dtypes other than f32/f64, strided outputs", false, false},
+    [CPU_FB_REDUCE] = {"reduce", "integer and bool inputs (ref's int64 arithmetic); float "
+                                 "inputs of every layout are native",
+                       false, false},
+    [CPU_FB_SOFTMAX] = {"softmax", "none for float dtypes (every layout native); a dtype that "
+                                   "is not float",
+                        false, false},
     [CPU_FB_MATMUL] = {"matmul", "a strided output, rank below 2, bool operands", false, false},
     [CPU_FB_GATHER] = {"gather", "layouts and index shapes gather's loop does not handle", false,
                        false},
@@ -49,7 +53,9 @@ static const cpu_fb_case fb_cases[] = {
                        true, true},
     [CPU_FB_RANDOM] = {"random", "every case (Philox streams must match ref's bit for bit)",
                        true, true},
-    [CPU_FB_CUMSUM] = {"cumsum", "every case", true, false},
+    [CPU_FB_CUMSUM] = {"cumsum", "integer inputs (ref's wrapping int64 sums); float inputs of "
+                                 "every layout are native",
+                       false, false},
     [CPU_FB_INDEX_SELECT] = {"index_select", "every case", true, false},
     [CPU_FB_SORT] = {"sort", "every case (ref's stable merge sort)", true, true},
     [CPU_FB_ADAPTIVE_AVG_POOL2D] = {"adaptive_avg_pool2d", "every case", true, false},
@@ -115,9 +121,6 @@ em_status cpu_arange(void *ctx, const em_view *out, double start, double step) {
 em_status cpu_random(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
                      const double *params) {
     return CPU_FALLBACK(CPU_FB_RANDOM, out->dtype, random, ctx, op, out, seed, params);
-}
-em_status cpu_cumsum(void *ctx, const em_view *out, const em_view *in, int dim) {
-    return CPU_FALLBACK(CPU_FB_CUMSUM, out->dtype, cumsum, ctx, out, in, dim);
 }
 em_status cpu_index_select(void *ctx, const em_view *out, const em_view *in, int dim,
                            const em_view *index) {

@@ -86,6 +86,7 @@ typedef struct cpu_kernels {
     em_status (*layer_norm)(void *ctx, const em_view *out, const em_view *x,
                             const em_view *weight, const em_view *bias, int64_t norm_numel,
                             double eps);
+    em_status (*cumsum)(void *ctx, const em_view *out, const em_view *in, int dim);
 } cpu_kernels;
 
 /** The table of a level compiled into this build, else NULL (the unit tests run one op

@@ -35,4 +35,5 @@ const cpu_kernels CPU_K(cpu_kernels) = {
     .avg_pool2d = CPU_K(cpu_avg_pool2d),
     .avg_pool2d_backward = CPU_K(cpu_avg_pool2d_backward),
     .layer_norm = CPU_K(cpu_layer_norm),
+    .cumsum = CPU_K(cpu_cumsum),
 };
