@@ -90,6 +90,15 @@ def child(build, threads, rounds):
     def run(fn, *args):
         lib.em_tensor_release(call(fn, *args))
 
+    only = os.environ.get("REDUCE_BENCH_ONLY", "")
+
+    def pair_(name, a, b, reps):
+        if only and only not in name:
+            return None
+        te, tt = pair(a, b, rounds, reps)
+        show(name, te, tt)
+        return te, tt
+
     def show(name, te, tt):
         print("  %-44s ember %8.3f ms   torch %8.3f ms   ratio %5.2f" %
               (name, te * 1e3, tt * 1e3, tt / te), flush=True)
@@ -98,10 +107,10 @@ def child(build, threads, rounds):
     print("%d thread(s), torch %s, medians of %d rounds" % (threads, torch.__version__, rounds))
     s = torch.rand(4096, 4096) * 2 - 1
     es = tensor(s)
-    te, tt = pair(lambda: run(lib.em_sum_dim, es, 1, False), lambda: s.sum(1), rounds, 5)
-    show("sum dim 1 [4096, 4096] f32", te, tt)
-    te, tt = pair(lambda: run(lib.em_sum_dim, es, 0, False), lambda: s.sum(0), rounds, 5)
-    show("sum dim 0 [4096, 4096] f32", te, tt)
+    pair_("sum dim 1 [4096, 4096] f32", lambda: run(lib.em_sum_dim, es, 1, False),
+          lambda: s.sum(1), 5)
+    pair_("sum dim 0 [4096, 4096] f32", lambda: run(lib.em_sum_dim, es, 0, False),
+          lambda: s.sum(0), 5)
     lib.em_tensor_release(es)
 
     g = torch.rand(32, 64, 28, 28) * 2 - 1
@@ -115,8 +124,7 @@ def child(build, threads, rounds):
         for t in (v, a, b):
             lib.em_tensor_release(t)
 
-    te, tt = pair(bn_mean, lambda: g.mean((0, 2, 3)), rounds, 20)
-    show("mean dims (0,2,3) [32, 64, 28, 28] f32", te, tt)
+    pair_("mean dims (0,2,3) [32, 64, 28, 28] f32", bn_mean, lambda: g.mean((0, 2, 3)), 20)
 
     def bn_mean3():  # the former way: one pass per reduced dim
         a = call(lib.em_mean_dim, eg, 3, True)
@@ -125,22 +133,21 @@ def child(build, threads, rounds):
         for t in (a, b, c):
             lib.em_tensor_release(t)
 
-    te, tt = pair(bn_mean3, lambda: g.mean((0, 2, 3)), rounds, 20)
-    show("  (as 3 passes: dims 3, 2, 0)", te, tt)
+    pair_("  (as 3 passes: dims 3, 2, 0)", bn_mean3, lambda: g.mean((0, 2, 3)), 20)
     lib.em_tensor_release(eg)
 
     x = torch.rand(8, 8, 256, 256) * 8 - 4
     ex = tensor(x)
-    te, tt = pair(lambda: run(lib.em_softmax, ex, -1), lambda: torch.softmax(x, -1), rounds, 3)
-    show("softmax dim -1 [8, 8, 256, 256] f32", te, tt)
+    pair_("softmax dim -1 [8, 8, 256, 256] f32", lambda: run(lib.em_softmax, ex, -1),
+          lambda: torch.softmax(x, -1), 3)
     lib.em_tensor_release(ex)
 
     c = torch.rand(1024, 1024)
     ec = tensor(c)
-    te, tt = pair(lambda: run(lib.em_cumsum, ec, 1), lambda: torch.cumsum(c, 1), rounds, 5)
-    show("cumsum dim 1 [1024, 1024] f32", te, tt)
-    te, tt = pair(lambda: run(lib.em_cumsum, ec, 0), lambda: torch.cumsum(c, 0), rounds, 5)
-    show("cumsum dim 0 [1024, 1024] f32", te, tt)
+    pair_("cumsum dim 1 [1024, 1024] f32", lambda: run(lib.em_cumsum, ec, 1),
+          lambda: torch.cumsum(c, 1), 5)
+    pair_("cumsum dim 0 [1024, 1024] f32", lambda: run(lib.em_cumsum, ec, 0),
+          lambda: torch.cumsum(c, 0), 5)
     lib.em_tensor_release(ec)
 
 

@@ -1005,6 +1005,20 @@ static bool red_float(em_dtype dt) {
 em_status CPU_K(cpu_reduce)(void *ctx, em_reduce_op op, const em_view *out, const em_view *in,
                             int dim, const double *params) {
     const em_dtype dt = in->dtype;
+    em_view kv;
+    if (dim >= 0 && dim < in->rank && out->rank != in->rank && cpu_contiguous(out) &&
+        cpu_numel(out) * in->shape[dim] == cpu_numel(in)) {
+        /* a dense output without the kept dim of extent 1: its keepdim form */
+        kv = *out;
+        kv.rank = in->rank;
+        int64_t st = 1;
+        for (int d = in->rank - 1; d >= 0; d--) {
+            kv.shape[d] = d == dim ? 1 : in->shape[d];
+            kv.strides[d] = st;
+            st *= kv.shape[d];
+        }
+        out = &kv;
+    }
     if (!red_float(dt) || op < 0 || op >= EM_RED_COUNT ||
         out->dtype != (is_arg(op) ? EM_I64 : dt) || (dim >= 0 && out->rank != in->rank))
         return CPU_FALLBACK(CPU_FB_REDUCE, in->dtype, reduce, ctx, op, out, in, dim, params);
