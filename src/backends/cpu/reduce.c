@@ -54,7 +54,7 @@
 
 #define RED_PRIMS(T, S)                                                                            \
     /* sum in double */                                                                            \
-    static double seg_sum_##S(const T *restrict x, int64_t n) {                                    \
+    static RED_UNUSED double seg_sum_##S(const T *restrict x, int64_t n) {                         \
         double a[RED_LANES] = {0};                                                                 \
         int64_t i = 0;                                                                             \
         for (; i + RED_LANES <= n; i += RED_LANES)                                                 \
@@ -100,7 +100,8 @@
         for (; i + 8 <= n; i += 8)                                                                 \
             for (int k = 0; k < 8; k++) a[k] = MAXSTEP(a[k], x[i + k]);                             \
         for (; i < n; i++) a[0] = MAXSTEP(a[0], x[i]);                                             \
-        for (int k = 1; k < RED_LANES; k++) a[0] = MAXSTEP(a[0], a[k]);                            \
+        for (int w = RED_LANES / 2; w > 0; w /= 2) /* a tree: NaN anywhere gives NaN */          \
+            for (int k = 0; k < w; k++) a[k] = MAXSTEP(a[k], a[k + w]);                             \
         return a[0];                                                                               \
     }                                                                                              \
     static T seg_min_##S(const T *restrict x, int64_t n) {                                         \
@@ -112,7 +113,8 @@
         for (; i + 8 <= n; i += 8)                                                                 \
             for (int k = 0; k < 8; k++) a[k] = MINSTEP(a[k], x[i + k]);                             \
         for (; i < n; i++) a[0] = MINSTEP(a[0], x[i]);                                             \
-        for (int k = 1; k < RED_LANES; k++) a[0] = MINSTEP(a[0], a[k]);                            \
+        for (int w = RED_LANES / 2; w > 0; w /= 2) /* a tree: NaN anywhere gives NaN */          \
+            for (int k = 0; k < w; k++) a[k] = MINSTEP(a[k], a[k + w]);                             \
         return a[0];                                                                               \
     }                                                                                              \
     /* index of the first element equal to m (the first NaN when m is NaN), else n */              \
@@ -301,26 +303,30 @@ static void col_sumexp_f64(const double *restrict x, int64_t len, int64_t inner,
  * more accurate than PyTorch's float cascade, and within the table's f32 tolerance of ref's
  * double sums. */
 static double seg_sum_f32_fast(const float *restrict x, int64_t n) {
-    double a[RED_LANES] = {0};
     int64_t i = 0;
-    for (; i + 8 * RED_LANES <= n; i += 8 * RED_LANES) {
-        float f[RED_LANES];
-        const float *restrict p = x + i;
-        for (int k = 0; k < RED_LANES; k++)
-            f[k] = ((p[k] + p[k + RED_LANES]) + (p[k + 2 * RED_LANES] + p[k + 3 * RED_LANES])) +
-                   ((p[k + 4 * RED_LANES] + p[k + 5 * RED_LANES]) +
-                    (p[k + 6 * RED_LANES] + p[k + 7 * RED_LANES]));
-        for (int k = 0; k < RED_LANES; k++) a[k] += (double)f[k];
-    }
-    for (; i + RED_LANES <= n; i += RED_LANES)
-        for (int k = 0; k < RED_LANES; k++) a[k] += (double)x[i + k];
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) a[k] += (double)x[i + k];
     double s = 0;
+    if (n >= 8 * RED_LANES) {
+        double a[RED_LANES] = {0};
+        for (; i + 8 * RED_LANES <= n; i += 8 * RED_LANES) {
+            float f[RED_LANES];
+            const float *restrict p = x + i;
+            for (int k = 0; k < RED_LANES; k++)
+                f[k] = ((p[k] + p[k + RED_LANES]) + (p[k + 2 * RED_LANES] + p[k + 3 * RED_LANES])) +
+                       ((p[k + 4 * RED_LANES] + p[k + 5 * RED_LANES]) +
+                        (p[k + 6 * RED_LANES] + p[k + 7 * RED_LANES]));
+            for (int k = 0; k < RED_LANES; k++) a[k] += (double)f[k];
+        }
+        for (; i + RED_LANES <= n; i += RED_LANES)
+            for (int k = 0; k < RED_LANES; k++) a[k] += (double)x[i + k];
+        for (int w = RED_LANES / 2; w > 0; w /= 2)
+            for (int k = 0; k < w; k++) a[k] += a[k + w];
+        s = a[0];
+    }
+    double b[8] = {0}; /* short rows (and the rest of long ones): 8 lanes */
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) b[k] += (double)x[i + k];
     for (; i < n; i++) s += (double)x[i];
-    for (int w = RED_LANES / 2; w > 0; w /= 2)
-        for (int k = 0; k < w; k++) a[k] += a[k + w];
-    return a[0] + s;
+    return s + (((b[0] + b[4]) + (b[2] + b[6])) + ((b[1] + b[5]) + (b[3] + b[7])));
 }
 
 /* f32 column sums: groups of 8 rows added in float (pairwise) per column, then into the
@@ -369,7 +375,7 @@ static double g_sum(em_dtype dt, const void *x, int64_t n) {
     if (dt == EM_F32) return seg_sum_f32_fast(x, n);
     if (dt == EM_F64) return seg_sum_f64(x, n);
     double s = 0;
-    HALF_BLOCKS(dt, x, n, { s += seg_sum_f32(hb_, c_); });
+    HALF_BLOCKS(dt, x, n, { s += seg_sum_f32_fast(hb_, c_); });
     return s;
 }
 static double g_sqdev(em_dtype dt, const void *x, int64_t n, double mean) {
@@ -1110,7 +1116,7 @@ static void softmax_row_f32(float *restrict o, const float *restrict x, int64_t 
         return;
     }
     for (int64_t i = 0; i < n; i++) o[i] = cpu_expf(x[i] - m);
-    const float inv = (float)(1.0 / seg_sum_f32(o, n));
+    const float inv = (float)(1.0 / seg_sum_f32_fast(o, n));
     for (int64_t i = 0; i < n; i++) o[i] *= inv;
 }
 
@@ -1338,20 +1344,23 @@ static void lines_cols(int64_t lo, int64_t hi, void *arg) {
     line_job *j = arg;
     const em_dtype wdt = work_dt(j->dt);
     const int64_t es = esz(wdt), len = j->len;
-    char *ti = malloc((size_t)(2 * len * j->bw * es));
-    if (!ti) {
-        j->nomem = 1;
-        return;
+    const bool direct = (j->dt == EM_F32 || j->dt == EM_F64) && j->cis == 1 && j->cos == 1 &&
+                        j->kind == LK_CUMSUM;
+    char *ti = NULL, *to = NULL;
+    if (!direct) {
+        ti = malloc((size_t)(2 * len * j->bw * es));
+        if (!ti) {
+            j->nomem = 1;
+            return;
+        }
+        to = ti + len * j->bw * es;
     }
-    char *to = ti + len * j->bw * es;
     for (int64_t it = lo; it < hi; it++) {
         const int64_t o = it / j->nblk, j0 = (it % j->nblk) * j->bw;
         const int64_t b = j->cn - j0 < j->bw ? j->cn - j0 : j->bw;
         kd_pos p;
         kd_seek(&j->k, o, &p);
         const int64_t io = p.io + j0 * j->cis, oo = p.oo + j0 * j->cos;
-        const bool direct = (j->dt == EM_F32 || j->dt == EM_F64) && j->cis == 1 &&
-                            j->cos == 1 && j->kind == LK_CUMSUM;
         if (direct) { /* cumsum reads and writes in place */
             if (j->dt == EM_F32)
                 cumsum_cols_f32((float *)j->o + oo, (const float *)j->x + io, len, j->is, j->os,
