@@ -1115,9 +1115,32 @@ static void softmax_row_f32(float *restrict o, const float *restrict x, int64_t 
         for (int64_t i = 0; i < n; i++) o[i] = (x[i] - m) - ls;
         return;
     }
-    for (int64_t i = 0; i < n; i++) o[i] = cpu_expf(x[i] - m);
-    const float inv = (float)(1.0 / seg_sum_f32_fast(o, n));
-    for (int64_t i = 0; i < n; i++) o[i] *= inv;
+    /* exp and sum in one pass: 8 rows of 32 lanes summed in float, then in double */
+    double sum = 0;
+    int64_t i = 0;
+    for (; i + 8 * RED_LANES <= n; i += 8 * RED_LANES) {
+        float f[RED_LANES];
+        for (int k = 0; k < RED_LANES; k++) {
+            const float e = cpu_expf(x[i + k] - m);
+            o[i + k] = e;
+            f[k] = e;
+        }
+        for (int r = 1; r < 8; r++)
+            for (int k = 0; k < RED_LANES; k++) {
+                const float e = cpu_expf(x[i + r * RED_LANES + k] - m);
+                o[i + r * RED_LANES + k] = e;
+                f[k] += e;
+            }
+        double d[RED_LANES];
+        for (int k = 0; k < RED_LANES; k++) d[k] = f[k];
+        for (int w = RED_LANES / 2; w > 0; w /= 2)
+            for (int k = 0; k < w; k++) d[k] += d[k + w];
+        sum += d[0];
+    }
+    for (int64_t t = i; t < n; t++) o[t] = cpu_expf(x[t] - m);
+    sum += seg_sum_f32_fast(o + i, n - i);
+    const float inv = (float)(1.0 / sum);
+    for (int64_t t = 0; t < n; t++) o[t] *= inv;
 }
 
 static void softmax_row_f64(double *restrict o, const double *restrict x, int64_t n,
