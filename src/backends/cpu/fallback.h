@@ -46,7 +46,7 @@ typedef enum cpu_fb {
     /* slots the cpu backend leaves to ref altogether */
     CPU_FB_ARANGE,
     CPU_FB_RANDOM,
-    CPU_FB_CUMSUM,
+    CPU_FB_CUMSUM, /* cumsum has a kernel of its own now (reduce.c): integer inputs only */
     CPU_FB_INDEX_SELECT,
     CPU_FB_SORT,
     CPU_FB_ADAPTIVE_AVG_POOL2D,
