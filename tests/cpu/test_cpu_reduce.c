@@ -6,7 +6,7 @@
  *     over the whole tensor;
  *   - inputs contiguous, permuted (a transpose of the last two dims, the reverse of all
  *     dims, NCHW -> NHWC), sliced with a step and an offset, broadcast (a stride-0 dim),
- *     flipped (a negative stride); outputs contiguous and strided (inside a larger buffer,
+ *     flipped (a negative stride, first or last dim); outputs contiguous and strided (inside a larger buffer,
  *     with gaps and an offset);
  *   - f32, f64, f16, bf16; shapes with extent-1 dims, odd extents that are not multiples of
  *     the vector width, long lines (chunked and tiled paths), empty tensors; NaNs;
@@ -102,8 +102,9 @@ static int64_t off_of(const em_view *v, int64_t i) {
 
 /* ---- input layouts ---- */
 
-enum { L_DENSE, L_T_LAST, L_REVERSE, L_NHWC, L_SLICE, L_BCAST, L_FLIP, L_COUNT };
-static const char *LNAMES[] = {"dense", "transpose", "reverse", "nhwc", "slice", "bcast", "flip"};
+enum { L_DENSE, L_T_LAST, L_REVERSE, L_NHWC, L_SLICE, L_BCAST, L_FLIP, L_FLIP0, L_COUNT };
+static const char *LNAMES[] = {"dense", "transpose", "reverse", "nhwc",
+                               "slice", "bcast", "flip",    "flip0"};
 
 /** A view of `shape` with layout lay over a fresh buffer (*buf, to free) of random values. */
 static em_view make_input(em_dtype dt, int rank, const int64_t *shape, int lay, void **buf,
@@ -132,8 +133,8 @@ static em_view make_input(em_dtype dt, int rank, const int64_t *shape, int lay, 
     for (int d = 0; d < rank; d++) v.strides[d] = st[d];
     if (lay == L_SLICE) v.offset = 3;
     if (lay == L_BCAST && rank >= 1) v.strides[rank > 1 ? 1 : 0] = 0;
-    if (lay == L_FLIP && rank >= 1) {
-        int d = rank - 1;
+    if ((lay == L_FLIP || lay == L_FLIP0) && rank >= 1) {
+        int d = lay == L_FLIP ? rank - 1 : 0;
         v.offset += (shape[d] > 0 ? shape[d] - 1 : 0) * v.strides[d];
         v.strides[d] = -v.strides[d];
     }
