@@ -228,13 +228,36 @@
 RED_PRIMS(float, f32)
 RED_PRIMS(double, f64)
 
-/* sum of exp(x - m) in double: f32 through the vectorized cpu_expf, a block at a time */
+/* cpu_expf (vmath.h) for the arguments of softmax and logsumexp, x - max: d <= 0 or -inf,
+ * never NaN (a NaN or infinite max is answered before). The same operations as cpu_expf on
+ * that range, so the same results bit for bit, without its upper clamp and NaN selects. */
+static CPU_INLINE float sm_expf(float d) {
+    float xc = d < -87.33654f ? -87.33654f : d;
+    float n = CPU_RINTF(xc * 1.44269504088896341f);
+    float r = CPU_FMAF(n, -0.693359375f, xc);
+    r = CPU_FMAF(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = CPU_FMAF(p, r, 1.3981999507e-3f);
+    p = CPU_FMAF(p, r, 8.3334519073e-3f);
+    p = CPU_FMAF(p, r, 4.1665795894e-2f);
+    p = CPU_FMAF(p, r, 1.6666665459e-1f);
+    p = CPU_FMAF(p, r, 5.0000001201e-1f);
+    p = CPU_FMAF(p * r, r, r) + 1.0f;
+    uint32_t e = (uint32_t)((int32_t)n + 127) << 23; /* n + 127 is in 1..127 */
+    float scale;
+    memcpy(&scale, &e, sizeof scale);
+    float y = p * scale;
+    return d < -103.972f ? 0.0f : y;
+}
+
+/* sum of exp(x - m) in double (m the finite max of x): f32 through sm_expf, a block at a
+ * time */
 static double seg_sumexp_f32(const float *restrict x, int64_t n, float m) {
     float e[RED_BLOCK];
     double a[RED_LANES] = {0}, s = 0;
     for (int64_t i0 = 0; i0 < n; i0 += RED_BLOCK) {
         int64_t c = n - i0 < RED_BLOCK ? n - i0 : RED_BLOCK;
-        for (int64_t j = 0; j < c; j++) e[j] = cpu_expf(x[i0 + j] - m);
+        for (int64_t j = 0; j < c; j++) e[j] = sm_expf(x[i0 + j] - m);
         int64_t j = 0;
         for (; j + RED_LANES <= c; j += RED_LANES)
             for (int k = 0; k < RED_LANES; k++) a[k] += (double)e[j + k];
@@ -257,7 +280,7 @@ static double seg_sumexp_f64(const double *restrict x, int64_t n, double m) {
 /* cpu_expf keeping a NaN argument away from its float -> int conversion (guard), for blocks
  * where a column's max is not finite (x - m can then be NaN) */
 static CPU_INLINE float expf_g(float d, bool guard) {
-    if (!guard) return cpu_expf(d);
+    if (!guard) return sm_expf(d); /* finite maxes: d <= 0 */
     float r = cpu_expf(d == d ? d : 0.0f);
     return d == d ? r : d;
 }
@@ -1121,13 +1144,13 @@ static void softmax_row_f32(float *restrict o, const float *restrict x, int64_t 
     for (; i + 8 * RED_LANES <= n; i += 8 * RED_LANES) {
         float f[RED_LANES];
         for (int k = 0; k < RED_LANES; k++) {
-            const float e = cpu_expf(x[i + k] - m);
+            const float e = sm_expf(x[i + k] - m);
             o[i + k] = e;
             f[k] = e;
         }
         for (int r = 1; r < 8; r++)
             for (int k = 0; k < RED_LANES; k++) {
-                const float e = cpu_expf(x[i + r * RED_LANES + k] - m);
+                const float e = sm_expf(x[i + r * RED_LANES + k] - m);
                 o[i + r * RED_LANES + k] = e;
                 f[k] += e;
             }
@@ -1137,7 +1160,7 @@ static void softmax_row_f32(float *restrict o, const float *restrict x, int64_t 
             for (int k = 0; k < w; k++) d[k] += d[k + w];
         sum += d[0];
     }
-    for (int64_t t = i; t < n; t++) o[t] = cpu_expf(x[t] - m);
+    for (int64_t t = i; t < n; t++) o[t] = sm_expf(x[t] - m);
     sum += seg_sum_f32_fast(o + i, n - i);
     const float inv = (float)(1.0 / sum);
     for (int64_t t = 0; t < n; t++) o[t] *= inv;
