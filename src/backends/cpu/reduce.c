@@ -325,20 +325,24 @@ static void col_sumexp_f64(const double *restrict x, int64_t len, int64_t inner,
  * bandwidth); a lane's float error is that of a sum of 8 terms, then everything is in double:
  * more accurate than PyTorch's float cascade, and within the table's f32 tolerance of ref's
  * double sums. */
-static double seg_sum_f32_fast(const float *restrict x, int64_t n) {
+static CPU_INLINE double seg_sum_f32_fast(const float *restrict x, int64_t n) {
     int64_t i = 0;
     double s = 0;
     if (n >= 8 * RED_LANES) {
-        double a[RED_LANES] = {0};
-        for (; i + 8 * RED_LANES <= n; i += 8 * RED_LANES) {
-            float f[RED_LANES];
-            const float *restrict p = x + i;
-            for (int k = 0; k < RED_LANES; k++)
-                f[k] = ((p[k] + p[k + RED_LANES]) + (p[k + 2 * RED_LANES] + p[k + 3 * RED_LANES])) +
-                       ((p[k + 4 * RED_LANES] + p[k + 5 * RED_LANES]) +
-                        (p[k + 6 * RED_LANES] + p[k + 7 * RED_LANES]));
-            for (int k = 0; k < RED_LANES; k++) a[k] += (double)f[k];
-        }
+        double a[RED_LANES]; /* set by the first block (no memset: short rows are many) */
+#define SUM8_BLOCK(OP)                                                                             \
+    do {                                                                                           \
+        float f[RED_LANES];                                                                        \
+        const float *restrict p = x + i;                                                           \
+        for (int k = 0; k < RED_LANES; k++)                                                        \
+            f[k] = ((p[k] + p[k + RED_LANES]) + (p[k + 2 * RED_LANES] + p[k + 3 * RED_LANES])) +   \
+                   ((p[k + 4 * RED_LANES] + p[k + 5 * RED_LANES]) +                                \
+                    (p[k + 6 * RED_LANES] + p[k + 7 * RED_LANES]));                                \
+        for (int k = 0; k < RED_LANES; k++) a[k] OP(double) f[k];                                  \
+    } while (0)
+        SUM8_BLOCK(=);
+        for (i = 8 * RED_LANES; i + 8 * RED_LANES <= n; i += 8 * RED_LANES) SUM8_BLOCK(+=);
+#undef SUM8_BLOCK
         for (; i + RED_LANES <= n; i += RED_LANES)
             for (int k = 0; k < RED_LANES; k++) a[k] += (double)x[i + k];
         for (int w = RED_LANES / 2; w > 0; w /= 2)
@@ -669,6 +673,18 @@ static void rows_range(int64_t lo, int64_t hi, void *arg) {
     red_job *j = arg;
     kd_pos p;
     kd_seek(&j->k, lo, &p);
+    if (j->dt == EM_F32 && (j->op == EM_RED_SUM || j->op == EM_RED_MEAN)) {
+        /* the common case without the per-row dispatch (short rows are many) */
+        const float *x = j->x;
+        float *o = j->out;
+        const int64_t len = j->len;
+        const bool mean = j->op == EM_RED_MEAN;
+        for (int64_t r = lo; r < hi; r++, kd_next(&j->k, &p)) {
+            double v = seg_sum_f32_fast(x + p.io, len);
+            o[p.oo] = (float)(mean ? v / (double)len : v);
+        }
+        return;
+    }
     for (int64_t r = lo; r < hi; r++, kd_next(&j->k, &p)) {
         const void *x = at(j->x, j->dt, p.io);
         if (is_arg(j->op))
