@@ -77,19 +77,46 @@ em_status emi_ad_unbroadcast(const em_tensor *g, const int64_t *shape, int rank,
         *out = (em_tensor *)g;
         return EM_OK;
     }
-    em_tensor *cur = (em_tensor *)g;
-    em_tensor_retain(cur);
+    /* g's dims (extent-1 ones dropped: they hold no data) with whether each is summed;
+     * neighbours with the same fate merge where g's strides allow, so that the reshape below
+     * is a view and each run of summed dims is one reduction: [N,C,H,W] -> [1,C,1,1] is a row
+     * reduction of the [N, C, H*W] view over its last dim, then one over its first (the
+     * largest run first, so that the second pass reads a small tensor). */
+    int64_t ms[EM_MAX_RANK], mst[EM_MAX_RANK];
+    bool mred[EM_MAX_RANK];
+    int mr = 0;
     for (int d = 0; d < gr; d++) {
+        int64_t ext = g->v.shape[d];
         int td = rank - gr + d;
-        bool reduce = td < 0 || (shape[td] == 1 && g->v.shape[d] != 1);
-        if (!reduce) continue;
+        bool reduce = td < 0 || (shape[td] == 1 && ext != 1);
+        if (ext == 1) continue;
+        if (mr > 0 && mred[mr - 1] == reduce && mst[mr - 1] == ext * g->v.strides[d]) {
+            ms[mr - 1] *= ext;
+            mst[mr - 1] = g->v.strides[d];
+            continue;
+        }
+        ms[mr] = ext;
+        mst[mr] = g->v.strides[d];
+        mred[mr] = reduce;
+        mr++;
+    }
+    em_tensor *cur;
+    em_status s = em_reshape(g, ms, mr, &cur);
+    if (s != EM_OK) return s;
+    for (;;) {
+        int best = -1;
+        for (int d = 0; d < mr; d++)
+            if (mred[d] && (best < 0 || ms[d] > ms[best])) best = d;
+        if (best < 0) break;
+        mred[best] = false;
+        ms[best] = 1;
         em_tensor *next;
-        em_status s = em_sum_dim(cur, d, true, &next);
+        s = em_sum_dim(cur, best, true, &next);
         em_tensor_release(cur);
         if (s != EM_OK) return s;
         cur = next;
     }
-    em_status s = em_reshape(cur, shape, rank, out);
+    s = em_reshape(cur, shape, rank, out);
     em_tensor_release(cur);
     return s;
 }

@@ -105,6 +105,7 @@ em_status cpu_where(void *ctx, const em_view *out, const em_view *cond, const em
 em_status cpu_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_view *in,
                      int dim, const double *params);
 em_status cpu_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log);
+em_status cpu_cumsum(void *ctx, const em_view *out, const em_view *in, int dim);
 em_status cpu_conv2d(void *ctx, const em_view *out, const em_view *x, const em_view *w,
                      const em_view *bias, const em_conv_args *a);
 em_status cpu_conv2d_weight_grad(void *ctx, const em_view *gw, const em_view *x,
@@ -123,7 +124,6 @@ em_status cpu_layer_norm(void *ctx, const em_view *out, const em_view *x, const 
 em_status cpu_arange(void *ctx, const em_view *out, double start, double step);
 em_status cpu_random(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
                      const double *params);
-em_status cpu_cumsum(void *ctx, const em_view *out, const em_view *in, int dim);
 em_status cpu_sort(void *ctx, const em_view *values, const em_view *indices, const em_view *in,
                    int dim, bool descending);
 /* nn.c (the chosen level's, through isa.c) */
@@ -166,6 +166,7 @@ em_status CPU_K(cpu_reduce)(void *ctx, em_reduce_op op, const em_view *out, cons
                             int dim, const double *params);
 em_status CPU_K(cpu_softmax)(void *ctx, const em_view *out, const em_view *in, int dim,
                              bool log);
+em_status CPU_K(cpu_cumsum)(void *ctx, const em_view *out, const em_view *in, int dim);
 em_status CPU_K(cpu_conv2d)(void *ctx, const em_view *out, const em_view *x, const em_view *w,
                             const em_view *bias, const em_conv_args *a);
 em_status CPU_K(cpu_conv2d_weight_grad)(void *ctx, const em_view *gw, const em_view *x,

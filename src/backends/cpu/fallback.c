@@ -24,8 +24,12 @@ static const cpu_fb_case fb_cases[] = {
     [CPU_FB_WHERE] = {"where", "a condition that is not bool or operands of another dtype than "
                                "out's (the core never makes them); every layout is native",
                       false, false},
-    [CPU_FB_REDUCE] = {"reduce", "dtypes other than f32/f64, strided inputs", false, false},
-    [CPU_FB_SOFTMAX] = {"softmax", "dtypes other than f32/f64, strided outputs", false, false},
+    [CPU_FB_REDUCE] = {"reduce", "integer and bool inputs (ref's int64 arithmetic); float "
+                                 "inputs of every layout are native",
+                       false, false},
+    [CPU_FB_SOFTMAX] = {"softmax", "none for float dtypes (every layout native); a dtype that "
+                                   "is not float",
+                        false, false},
     [CPU_FB_MATMUL] = {"matmul", "quantized dtypes (q8/q4; the core does not multiply them)",
                        false, true},
     [CPU_FB_GATHER] = {"gather", "views of unequal rank, in and out of two dtypes, an index "
@@ -57,7 +61,9 @@ static const cpu_fb_case fb_cases[] = {
                        true, true},
     [CPU_FB_RANDOM] = {"random", "every case (Philox streams must match ref's bit for bit)",
                        true, true},
-    [CPU_FB_CUMSUM] = {"cumsum", "every case", true, false},
+    [CPU_FB_CUMSUM] = {"cumsum", "integer inputs (ref's wrapping int64 sums); float inputs of "
+                                 "every layout are native",
+                       false, false},
     [CPU_FB_INDEX_SELECT] = {"index_select", "views of unequal rank, in and out of two dtypes, "
                                              "an index neither 1-d nor i64/i32 (none reach it "
                                              "from the core)",
@@ -129,9 +135,6 @@ em_status cpu_arange(void *ctx, const em_view *out, double start, double step) {
 em_status cpu_random(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
                      const double *params) {
     return CPU_FALLBACK(CPU_FB_RANDOM, out->dtype, random, ctx, op, out, seed, params);
-}
-em_status cpu_cumsum(void *ctx, const em_view *out, const em_view *in, int dim) {
-    return CPU_FALLBACK(CPU_FB_CUMSUM, out->dtype, cumsum, ctx, out, in, dim);
 }
 em_status cpu_sort(void *ctx, const em_view *values, const em_view *indices, const em_view *in,
                    int dim, bool descending) {

@@ -47,7 +47,7 @@ typedef enum cpu_fb {
        two have kernels of their own now: their rows name what is left) */
     CPU_FB_ARANGE,
     CPU_FB_RANDOM,
-    CPU_FB_CUMSUM,
+    CPU_FB_CUMSUM, /* cumsum has a kernel of its own now (reduce.c): integer inputs only */
     CPU_FB_INDEX_SELECT,
     CPU_FB_SORT,
     CPU_FB_ADAPTIVE_AVG_POOL2D,

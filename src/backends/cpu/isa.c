@@ -213,6 +213,9 @@ em_status cpu_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_vi
 em_status cpu_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log) {
     return K()->softmax(ctx, out, in, dim, log);
 }
+em_status cpu_cumsum(void *ctx, const em_view *out, const em_view *in, int dim) {
+    return K()->cumsum(ctx, out, in, dim);
+}
 em_status cpu_conv2d(void *ctx, const em_view *out, const em_view *x, const em_view *w,
                      const em_view *bias, const em_conv_args *a) {
     return K()->conv2d(ctx, out, x, w, bias, a);

@@ -93,6 +93,7 @@ typedef struct cpu_kernels {
     void (*gemm)(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
                  int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
     int gemm_mr, gemm_nr;
+    em_status (*cumsum)(void *ctx, const em_view *out, const em_view *in, int dim);
 } cpu_kernels;
 
 /** Which GEMM cpu_gemm runs (matmul.c), chosen once from EMBER_CPU_GEMM (auto, openblas,

@@ -40,4 +40,5 @@ const cpu_kernels CPU_K(cpu_kernels) = {
     .gemm = CPU_K(cpu_gemm_kernel),
     .gemm_mr = CPU_GEMM_MR,
     .gemm_nr = CPU_GEMM_NV * CPU_GEMM_VB / 4,
+    .cumsum = CPU_K(cpu_cumsum),
 };

@@ -250,6 +250,30 @@ red("logsumexp", T("f32", 0.5), "0d/dim0", dim=0)
 red("logsumexp", T("f32", rnd((4, 6)), view=("slice", 1, 0, 6, 2)), "view/slice_dim1", dim=1)
 red_err("logsumexp", T("i64", [1, 2]), "int", "EM_ERR_DTYPE")
 
+# ---- layouts the cpu backend reduces natively (issue 13) ----
+# a permuted 4-d tensor (NCHW storage read as NHWC) over each dim; f16/bf16 reductions along
+# a middle dim, of a transposed input, and with a stride-0 dim; long rows and columns.
+for op in ("sum", "max", "argmax", "var", "logsumexp"):
+    for d in range(4):
+        red(op, T("f32", rnd((2, 3, 4, 5)), view=("permute", [0, 2, 3, 1])),
+            "view/permute4d_dim%d" % d, dim=d)
+for op in ("sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "logsumexp"):
+    for dt in ("f16", "bf16"):
+        tol = HALF_TOL[dt] if op not in ("argmax", "argmin") else None
+        red(op, T(dt, rnd((3, 5, 4), 0.5, 1.5) if op == "prod" else rnd((3, 5, 4))),
+            "dim1/%s_3d" % dt, dim=1, tol=tol)
+        red(op, T(dt, rnd((5, 3)), view=("transpose", 0, 1)), "view/transpose_dim1/" + dt,
+            dim=1, tol=tol)
+for dt in ("f16", "bf16"):
+    red("sum", T(dt, rnd((1, 6)), view=("expand", [4, 6])), "view/expand_dim1/" + dt, dim=1,
+        tol=HALF_TOL[dt])
+    red("mean", T(dt, rnd((2, 3, 4)), view=("permute", [2, 0, 1])), "view/permute_whole/" + dt,
+        tol=HALF_TOL[dt])
+red("sum", T("f32", rnd((3, 700))), "long_rows/f32", dim=1)
+red("sum", T("f32", rnd((700, 3))), "long_cols/f32", dim=0)
+red("var", T("f64", rnd((300, 9)), view=("slice", 0, 0, 300, 3)), "view/slice_step_dim0/f64",
+    dim=0)
+
 # ---- cumsum ----
 for dt in FLOATS:
     _add("cumsum", [T(dt, rnd((3, 4)))], "dim1/" + dt, r_cumsum, params={"dim": 1},
@@ -262,6 +286,11 @@ _add("cumsum", [T("f32", rnd((4, 3)), view=("transpose", 0, 1))], "view/transpos
      r_cumsum, params={"dim": 1})
 _add("cumsum", [T("f64", rnd((5, 2)), view=("flip", [0]))], "view/flip", r_cumsum,
      params={"dim": 0})
+for dt in FLOATS:
+    _add("cumsum", [T(dt, rnd((4, 3, 5)), view=("permute", [2, 0, 1]))], "view/permute_dim1/" + dt,
+         r_cumsum, params={"dim": 1}, tol=HALF_TOL.get(dt))
+    _add("cumsum", [T(dt, rnd((6, 4)))], "dim0/" + dt, r_cumsum, params={"dim": 0},
+         tol=HALF_TOL.get(dt))
 _add("cumsum", [T("f32", 3.0)], "0d", r_cumsum, params={"dim": 0})
 _add("cumsum", [T("f32", np.zeros((0, 3)))], "empty", r_cumsum, params={"dim": 1})
 _add("cumsum", [T("bool", [True, False])], "bool", params={"dim": 0}, error="EM_ERR_DTYPE")
@@ -285,6 +314,11 @@ for op, ref in (("softmax", r_softmax), ("log_softmax", r_log_softmax)):
          params={"dim": 1})
     _add(op, [T("f32", rnd((1, 4)), view=("expand", [3, 4]))], "view/expand", ref,
          params={"dim": 0})
+    for dt in FLOATS:
+        _add(op, [T(dt, rnd((5, 3)), view=("transpose", 0, 1))], "view/transpose_dim0/" + dt,
+             ref, params={"dim": 0}, tol=HALF_TOL.get(dt))
+        _add(op, [T(dt, rnd((2, 3, 4)), view=("permute", [2, 0, 1]))],
+             "view/permute_dim-1/" + dt, ref, params={"dim": -1}, tol=HALF_TOL.get(dt))
     _add(op, [T("i32", [1, 2])], "int", params={"dim": 0}, error="EM_ERR_DTYPE")
 
 
