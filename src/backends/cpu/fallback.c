@@ -11,7 +11,9 @@ static const cpu_fb_case fb_cases[] = {
     [CPU_FB_COPY] = {"copy", "casts to or from an integer or bool dtype, f64 <-> f16/bf16, and "
                              "strided layouts (a non-contiguous input or output)", false, false},
     [CPU_FB_FILL] = {"fill", "dtypes other than f32/f64, and strided outputs", false, false},
-    [CPU_FB_UNARY] = {"unary", "dtypes other than f32/f64, logical_not, and strided operands",
+    [CPU_FB_UNARY] = {"unary", "integer dtypes (neg, abs, relu, sign, floor/ceil/round, clamp "
+                               "on i8..i64/u8 run ref's int64 loop); f32/f64/f16/bf16 and "
+                               "logical_not on bool are native in every layout",
                       false, false},
     [CPU_FB_BINARY] = {"binary", "dtypes other than f32/f64 (comparisons: f32/f64 dense only), "
                                  "and layouts whose last dim is strided or shorter than 8",
