@@ -14,7 +14,7 @@ static const cpu_fb_case fb_cases[] = {
     [CPU_FB_UNARY] = {"unary", "integer dtypes (neg, abs, relu, sign, floor/ceil/round, clamp "
                                "on i8..i64/u8 run ref's int64 loop); f32/f64/f16/bf16 and "
                                "logical_not on bool are native in every layout",
-                      false, false},
+                      false, true},
     [CPU_FB_BINARY] = {"binary", "dtypes other than f32/f64 (comparisons: f32/f64 dense only), "
                                  "and layouts whose last dim is strided or shorter than 8",
                        false, false},
