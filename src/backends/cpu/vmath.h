@@ -22,9 +22,9 @@
  *                                        silu(-inf) is NaN, as ref's x / (1 + exp(-x))
  *   cpu_erff      2 ulp   [1.40 / 1.17]  x + x P(x^2) below 1; 1 - erfc(|x|) above, erfc(u) =
  *                                        e^-u^2 F(1/u), u^2 split exactly (FMA or Veltkamp)
- *   cpu_geluf     6 ulp   [5.18 / 4.75]  x (1 + erf(x/√2)) / 2, the √2 folded into the
- *                                        coefficients; from |x| = √½ on through erfc (x erfc/2
- *                                        below 0), so the far negative tail keeps its
+ *   cpu_geluf     6 ulp   [4.69 / 4.69]  x Φ(x), Φ from one fit of erfc(|x|/√2) for every x
+ *                                        (no pieces: one exp, one division), the exp's scale
+ *                                        applied last, so the far negative tail keeps its
  *                                        relative accuracy down to FLT_MIN; gelu(-inf) is NaN,
  *                                        as ref's formula
  *   cpu_powf      1 ulp   [0.00 / 0.00: correctly rounded on 5M pairs]  log2 and exp2 in
@@ -33,7 +33,7 @@
  *                         1, pow(1, y) = 1, pow(-1, ±inf) = 1, negative bases with integer
  *                         exponents signed by parity, NaN for non-integer ones (finite bases),
  *                         the ±0 / ±inf rules
- * The polynomials of erf / gelu / F are least-squares fits on relative error (Lawson
+ * The polynomials of erf / gelu / F / R are least-squares fits on relative error (Lawson
  * iterations toward minimax) made with NumPy in double and rounded to f32.
  */
 #ifndef EMBER_CPU_VMATH_H
@@ -85,6 +85,9 @@ static inline double cpu_u2d(uint64_t u) {
     return x;
 }
 
+/* |x| as one and-not of the sign bit (x < 0 ? -x : x keeps -0 and costs a blend). */
+static inline float cpu_fabsf(float x) { return cpu_u2f(cpu_f2u(x) & 0x7fffffffu); }
+
 /* The rounding error of x*x: x*x = h + cpu_sqr_lo(x, h) exactly (|x| <= 2^60). */
 static inline float cpu_sqr_lo(float x, float h) {
 #if CPU_HAVE_FMA
@@ -99,10 +102,8 @@ static inline float cpu_sqr_lo(float x, float h) {
 /* e^x = hi * *s2 for x already known to be neither NaN nor out of [-104, 89]: the scale 2^n
  * as two factors, so results near overflow and in the subnormal range are right too, and a
  * caller can apply the second one after its own products. */
-static inline float cpu_expf_core2(float xc, float *s2) {
-    float n = CPU_RINTF(xc * 1.44269504088896341f);
-    float r = CPU_FMAF(n, -0.693359375f, xc);
-    r = CPU_FMAF(n, 2.12194440e-4f, r);
+/* e^(n ln2 + r) = hi * *s2 for |r| <= ~0.35, n an integer in [-252, 129]. */
+static inline float cpu_expf_reduced(float r, float n, float *s2) {
     float p = 1.9875691500e-4f;
     p = CPU_FMAF(p, r, 1.3981999507e-3f);
     p = CPU_FMAF(p, r, 8.3334519073e-3f);
@@ -110,9 +111,25 @@ static inline float cpu_expf_core2(float xc, float *s2) {
     p = CPU_FMAF(p, r, 1.6666665459e-1f);
     p = CPU_FMAF(p, r, 5.0000001201e-1f);
     p = CPU_FMAF(p * r, r, r) + 1.0f;
-    int32_t ni = (int32_t)n, n2 = ni / 2, n1 = ni - n2; /* n in -150..129: both in -75..65 */
+    int32_t ni = (int32_t)n, n2 = ni >> 1, n1 = ni - n2; /* n in -252..129: both >= -126 */
     *s2 = cpu_u2f((uint32_t)(n2 + 127) << 23);
     return p * cpu_u2f((uint32_t)(n1 + 127) << 23);
+}
+
+static inline float cpu_expf_core2(float xc, float *s2) {
+    float n = CPU_RINTF(xc * 1.44269504088896341f);
+    float r = CPU_FMAF(n, -0.693359375f, xc);
+    r = CPU_FMAF(n, 2.12194440e-4f, r);
+    return cpu_expf_reduced(r, n, s2);
+}
+
+/* e^(a + b) = hi * *s2 for a exactly known and large (-x^2/2, say: |a| <= 110), b small
+ * (|b| <= 2): the reduction a - n ln2 is exact, so b keeps its relative accuracy. */
+static inline float cpu_expf_2(float a, float b, float *s2) {
+    float n = CPU_RINTF((a + b) * 1.44269504088896341f);
+    float r = CPU_FMAF(n, -0.693359375f, a) + b;
+    r = CPU_FMAF(n, 2.12194440e-4f, r);
+    return cpu_expf_reduced(r, n, s2);
 }
 
 static inline float cpu_expf_core(float xc) {
@@ -120,13 +137,12 @@ static inline float cpu_expf_core(float xc) {
     return hi * s2;
 }
 
+/* The clamps are written `x > lo ? x : lo`, which is one maxps (minps) and sends NaN to the
+ * bound (answered at the end): the core never sees a NaN or an out-of-range value. */
 static inline float cpu_expf(float x) {
-    float xc = x < -104.0f ? -104.0f : x;
-    xc = xc > 89.0f ? 89.0f : xc;
-    xc = x != x ? 0.0f : xc; /* NaN: computed on 0, answered below */
-    float y = cpu_expf_core(xc);
-    y = x > 88.72284f ? INFINITY : y;
-    y = x < -103.97208f ? 0.0f : y;
+    float xc = x > -104.0f ? x : -104.0f;
+    xc = xc < 89.0f ? xc : 89.0f;
+    float y = cpu_expf_core(xc); /* inf from 88.7228 on, 0 below -103.972: the scales do it */
     return x != x ? x : y;
 }
 
@@ -177,7 +193,7 @@ static inline float cpu_log1pf(float x) {
 }
 
 static inline float cpu_tanhf(float x) {
-    float a = x < 0 ? -x : x;
+    float a = cpu_fabsf(x);
     float z = x * x;
     float p = -5.70498872745e-3f;
     p = CPU_FMAF(p, z, 2.06390887954e-2f);
@@ -185,7 +201,7 @@ static inline float cpu_tanhf(float x) {
     p = CPU_FMAF(p, z, 1.33314422036e-1f);
     p = CPU_FMAF(p, z, -3.33332819422e-1f);
     float small = CPU_FMAF(p * z, x, x);
-    float ac = a > 9.1f ? 9.1f : a; /* tanh = 1 in f32 from 9.01 on */
+    float ac = a < 9.1f ? a : 9.1f; /* tanh = 1 in f32 from 9.01 on */
     float big = 1.0f - 2.0f / (cpu_expf_core(ac + ac) + 1.0f);
     big = x < 0 ? -big : big;
     float y = a < 0.625f ? small : big;
@@ -194,15 +210,17 @@ static inline float cpu_tanhf(float x) {
 }
 
 static inline float cpu_sigmoidf(float x) {
-    float a = x < 0 ? -x : x;
-    float e = cpu_expf(-a); /* in (0, 1]: 1 + e never overflows */
+    float a = cpu_fabsf(x);
+    float na = -a > -104.0f ? -a : -104.0f;
+    float e = cpu_expf_core(na); /* e^-|x| in [0, 1]: 1 + e never overflows */
     float num = x < 0 ? e : 1.0f;
-    return num / (1.0f + e); /* NaN: e is NaN */
+    float y = num / (1.0f + e);
+    return x != x ? x : y;
 }
 
 static inline float cpu_siluf(float x) {
-    float a = x < 0 ? -x : x;
-    float ac = a > 104.0f ? 104.0f : a;
+    float a = cpu_fabsf(x);
+    float ac = a < 104.0f ? a : 104.0f;
     float s2, hi = cpu_expf_core2(-ac, &s2); /* e^-|x| = hi * s2 */
     int32_t under = a > 103.97208f;
     float e = under ? 0.0f : hi * s2;
@@ -235,7 +253,7 @@ static inline float cpu_erfc_tail(float u, float h, float l, float *s2) {
 }
 
 static inline float cpu_erff(float x) {
-    float a = x < 0 ? -x : x;
+    float a = cpu_fabsf(x);
     float z = x * x;
     float q = 7.780985210e-05f;
     q = CPU_FMAF(q, z, -7.989725721e-04f);
@@ -245,7 +263,8 @@ static inline float cpu_erff(float x) {
     q = CPU_FMAF(q, z, -3.761262412e-01f);
     q = CPU_FMAF(q, z, 1.283791655e-01f);
     float small = CPU_FMAF(x, q, x);
-    float u = a < 1.0f ? 1.0f : a > 10.0f ? 10.0f : a; /* the tail on [1, 10]: erf = 1 from 3.92 */
+    float u = a > 1.0f ? a : 1.0f; /* the tail on [1, 10]: erf = 1 from 3.92 */
+    u = u < 10.0f ? u : 10.0f;
     float h = u * u;
     float s2, hi = cpu_erfc_tail(u, h, cpu_sqr_lo(u, h), &s2);
     float big = 1.0f - hi * s2;
@@ -254,26 +273,28 @@ static inline float cpu_erff(float x) {
     return x != x ? x : y;
 }
 
+/* gelu(x) = x Φ(x), Φ(x) = 1 - Q(|x|) above 0 and Q(|x|) below, Q(a) = erfc(a/√2)/2 in one
+ * piece for every a: Q(a) = t e^(-a^2/2 + P(t)) / 2, t = 1/(1 + a/2), P(t) = (t - 1) R(t), R
+ * a fit of degree 9 centred on t = 0.56 (P(1) = 0: Q(0) = 1/2 exactly); -a^2/2 = -(h + l)/2
+ * split exactly and its exp reduced exactly, the exp's scale applied last, so the negative
+ * tail keeps its relative accuracy down to FLT_MIN. gelu(-inf) is NaN, as ref's formula. */
 static inline float cpu_geluf(float x) {
-    float a = x < 0 ? -x : x;
-    float z = x * x;
-    /* |x| < √½: x (1/2 + x G(x^2)), G(x^2) = erf(x/√2) / (2x) */
-    float g = 4.298427661e-07f;
-    g = CPU_FMAF(g, z, -8.827483183e-06f);
-    g = CPU_FMAF(g, z, 1.145995917e-04f);
-    g = CPU_FMAF(g, z, -1.186736705e-03f);
-    g = CPU_FMAF(g, z, 9.973355031e-03f);
-    g = CPU_FMAF(g, z, -6.649035394e-02f);
-    g = CPU_FMAF(g, z, 3.989422798e-01f);
-    float small = x * CPU_FMAF(x, g, 0.5f);
-    /* beyond: u = |x|/√2 >= 1/2, u^2 = x^2/2 split exactly; gelu = x (1 - erfc(u)/2) above 0,
-     * x erfc(u)/2 below (its scale applied last: the tail reaches down to FLT_MIN) */
-    float ac = a < 0.70710678f ? 0.70710678f : a > 14.5f ? 14.5f : a;
+    float a = cpu_fabsf(x);
+    float ac = a < 14.5f ? a : 14.5f;
     float h = ac * ac, l = cpu_sqr_lo(ac, h);
-    float s2, hi = 0.5f * cpu_erfc_tail(ac * 0.707106781f, 0.5f * h, 0.5f * l, &s2);
-    float big = x < 0 ? (x * hi) * s2 : x * (1.0f - hi * s2);
-    float y = a < 0.70710678f ? small : big;
-    return x != x ? x : y;
+    float t = 1.0f / CPU_FMAF(ac, 0.5f, 1.0f);
+    float sv = t - 5.602409840e-01f;
+    float s2v = sv * sv, s4v = s2v * s2v; /* R by Estrin's scheme: a shorter chain */
+    float r01 = CPU_FMAF(-3.974710107e-01f, sv, 7.702139616e-01f), r23 = CPU_FMAF(2.694224417e-01f, sv, -8.750224859e-02f);
+    float r45 = CPU_FMAF(-1.271770298e-01f, sv, -1.323616952e-01f), r67 = CPU_FMAF(-1.022844464e-01f, sv, 2.610699534e-01f);
+    float r89 = CPU_FMAF(1.875537485e-01f, sv, -2.035268694e-01f);
+    float r03 = CPU_FMAF(r23, s2v, r01), r47 = CPU_FMAF(r67, s2v, r45);
+    float r = CPU_FMAF(CPU_FMAF(r89, s4v, r47), s4v, r03);
+    float p = (t - 1.0f) * r;
+    float s2, e = cpu_expf_2(-0.5f * h, CPU_FMAF(-0.5f, l, p), &s2);
+    float q = 0.5f * t * e; /* Q(|x|) = q * s2 */
+    q = a > 14.5f ? 0.0f : q;
+    return x < 0 ? (x * q) * s2 : x * (1.0f - q * s2); /* NaN, -0 go through */
 }
 
 /* log2(x) in double, to about 1e-15 relative, for a finite f32 x > 0: x = m 2^k with m in
