@@ -28,6 +28,7 @@
  * indirect call per kernel call, nothing per element. */
 #include "isa.h"
 #include "fallback.h"
+#include "vmath.h" /* vectorizable f32 math (elementwise.c's pow, unary.c) */
 
 #ifdef CPU_ISA_LEVEL
 #define CPU_K(name) CPU_K_(name, CPU_ISA_SUFFIX)

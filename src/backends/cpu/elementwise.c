@@ -30,7 +30,7 @@
     case EM_BIN_SUB: for (int64_t i = 0; i < n; i++) o[i] = A - B; break;                      \
     case EM_BIN_MUL: for (int64_t i = 0; i < n; i++) o[i] = A * B; break;                      \
     case EM_BIN_DIV: for (int64_t i = 0; i < n; i++) o[i] = A / B; break;                      \
-    case EM_BIN_POW: for (int64_t i = 0; i < n; i++) o[i] = pow(A, B); break;                  \
+    case EM_BIN_POW: for (int64_t i = 0; i < n; i++) o[i] = _Generic(o[i], float: cpu_powf, default: pow)(A, B); break; \
     case EM_BIN_REM: for (int64_t i = 0; i < n; i++) o[i] = REM(T, A, B); break;               \
     case EM_BIN_MAX:                                                                           \
         for (int64_t i = 0; i < n; i++) {                                                      \

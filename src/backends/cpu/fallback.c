@@ -13,8 +13,10 @@ static const cpu_fb_case fb_cases[] = {
     [CPU_FB_FILL] = {"fill", "none: every dtype and output layout runs cpu's own fill (the row "
                              "would count elements of a size other than 1, 2, 4 or 8 bytes)",
                      false, false},
-    [CPU_FB_UNARY] = {"unary", "dtypes other than f32/f64, logical_not, and strided operands",
-                      false, false},
+    [CPU_FB_UNARY] = {"unary", "integer dtypes (neg, abs, relu, sign, floor/ceil/round, clamp "
+                               "on i8..i64/u8 run ref's int64 loop); f32/f64/f16/bf16 and "
+                               "logical_not on bool are native in every layout",
+                      false, true},
     [CPU_FB_BINARY] = {"binary", "integer pow (float-only: the core never asks) and operands "
                                  "whose dtype differs from out's or each other's (the core never "
                                  "makes them); every layout and dtype else is native",
