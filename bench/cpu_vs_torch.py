@@ -23,13 +23,16 @@ first is the one users see. Ratios above 1 mean ember is faster.
 import argparse
 import ctypes
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ember_ctypes  # noqa: E402  (bench/ember_ctypes.py)
+from ember_ctypes import P, PP, pair  # noqa: E402
 
 
 class ConvParams(ctypes.Structure):
@@ -38,50 +41,20 @@ class ConvParams(ctypes.Structure):
                 ("groups", ctypes.c_int64)]
 
 
-class Device(ctypes.Structure):
-    _fields_ = [("backend", ctypes.c_int), ("index", ctypes.c_int), ("autodiff", ctypes.c_bool),
-                ("checkpointing", ctypes.c_int)]
-
-
 def load_ember(build):
-    lib = ctypes.CDLL(os.path.join(build, "libember.so"))
-    p = ctypes.c_void_p
-    lib.em_device_parse.argtypes = [ctypes.c_char_p, ctypes.POINTER(Device)]
-    lib.em_tensor_from_data.argtypes = [p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
-                                        ctypes.c_int, Device, ctypes.POINTER(p)]
-    lib.em_softmax.argtypes = [p, ctypes.c_int, ctypes.POINTER(p)]
-    lib.em_sum_dim.argtypes = [p, ctypes.c_int, ctypes.c_bool, ctypes.POINTER(p)]
-    lib.em_conv2d.argtypes = [p, p, p, ctypes.POINTER(ConvParams), ctypes.POINTER(p)]
-    lib.em_masked_fill.argtypes = [p, p, ctypes.c_double, ctypes.POINTER(p)]
-    lib.em_permute.argtypes = [p, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(p)]
-    lib.em_contiguous.argtypes = [p, ctypes.POINTER(p)]
-    lib.em_mul.argtypes = [p, p, ctypes.POINTER(p)]
-    lib.em_add.argtypes = [p, p, ctypes.POINTER(p)]
-    lib.em_gelu.argtypes = [p, ctypes.POINTER(p)]
-    lib.em_tensor_release.argtypes = [p]
-    lib.em_last_error.restype = ctypes.c_char_p
-    return lib
+    return ember_ctypes.load(build, (
+        ("em_softmax", [P, ctypes.c_int, PP]),
+        ("em_sum_dim", [P, ctypes.c_int, ctypes.c_bool, PP]),
+        ("em_conv2d", [P, P, P, ctypes.POINTER(ConvParams), PP]),
+        ("em_masked_fill", [P, P, ctypes.c_double, PP]),
+        ("em_permute", [P, ctypes.POINTER(ctypes.c_int), ctypes.c_int, PP]),
+        ("em_contiguous", [P, PP]),
+        ("em_mul", [P, P, PP]),
+        ("em_add", [P, P, PP]),
+        ("em_gelu", [P, PP])))
 
 
-class Ember:
-    def __init__(self, lib):
-        self.lib = lib
-        self.dev = Device()
-        self.check(lib.em_device_parse(b"cpu", ctypes.byref(self.dev)))
-
-    def check(self, status):
-        if status != 0:
-            raise RuntimeError("ember: " + self.lib.em_last_error().decode())
-
-    def tensor(self, t):
-        t = t.contiguous()
-        dt = {torch.float32: 0, torch.bool: 9}[t.dtype]
-        shape = (ctypes.c_int64 * t.dim())(*t.shape)
-        out = ctypes.c_void_p()
-        self.check(self.lib.em_tensor_from_data(ctypes.c_void_p(t.data_ptr()), dt, shape, t.dim(),
-                                                self.dev, ctypes.byref(out)))
-        return out
-
+class Ember(ember_ctypes.Ember):
     def permute_contiguous(self, x, perm):
         p = ctypes.c_void_p()
         pa = (ctypes.c_int * len(perm))(*perm)
@@ -91,39 +64,6 @@ class Ember:
         self.lib.em_tensor_release(p)
         self.check(st)
         self.lib.em_tensor_release(out)
-
-    def run(self, fn, *args):
-        out = ctypes.c_void_p()
-        self.check(fn(*args, ctypes.byref(out)))
-        self.lib.em_tensor_release(out)
-
-
-CLOCK = time.perf_counter  # --clock cpu: time.process_time (this process's CPU time)
-
-
-def timed(fn, reps):
-    t0 = CLOCK()
-    for _ in range(reps):
-        fn()
-    return (CLOCK() - t0) / reps
-
-
-def rounds_of(a, b, rounds, reps):
-    """Seconds per call of a and b in each round, interleaved (one warm-up each)."""
-    a(), b()
-    ta, tb = [], []
-    for r in range(rounds):
-        if r % 2:
-            tb.append(timed(b, reps)); ta.append(timed(a, reps))
-        else:
-            ta.append(timed(a, reps)); tb.append(timed(b, reps))
-    return ta, tb
-
-
-def pair(a, b, rounds, reps):
-    """Median seconds of a and b, interleaved (one warm-up each), and b's best round."""
-    ta, tb = rounds_of(a, b, rounds, reps)
-    return statistics.median(ta), statistics.median(tb), min(tb)
 
 
 def tiny(build):
@@ -157,9 +97,8 @@ def main():
                          "thread on a busy machine (time spent waiting for a core is not "
                          "counted; with more threads it adds up every thread's time)")
     args = ap.parse_args()
-    global CLOCK
     if args.clock == "cpu":
-        CLOCK = time.process_time
+        ember_ctypes.CLOCK = time.process_time
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
     torch.set_num_threads(args.threads)
     em = Ember(load_ember(args.build))
@@ -179,25 +118,24 @@ def main():
     def versus(name, a, b, reps):
         """Medians and, less sensitive to a busy machine (interference only adds time), the
         ratio of the best rounds."""
-        ta, tb = rounds_of(a, b, args.rounds, reps)
-        te, tt = statistics.median(ta), statistics.median(tb)
+        te, tt, be, bt = pair(a, b, args.rounds, reps)
         print("  %-40s ember %9.3f ms   torch %9.3f ms   ratio %6.2f   (best rounds %.3f / "
-              "%.3f ms: ratio %.2f)" % (name, te * 1e3, tt * 1e3, tt / te, min(ta) * 1e3,
-                                        min(tb) * 1e3, min(tb) / min(ta)))
+              "%.3f ms: ratio %.2f)" % (name, te * 1e3, tt * 1e3, tt / te, be * 1e3, bt * 1e3,
+                                        bt / be))
 
     if want("softmax rows [4096, 1024]"):
         x = torch.rand(4096, 1024) * 2 - 1
         ex = em.tensor(x)
-        te, tt, _ = pair(lambda: em.run(lib.em_softmax, ex, -1), lambda: torch.softmax(x, -1),
-                         args.rounds, 5)
+        te, tt, _, _ = pair(lambda: em.run(lib.em_softmax, ex, -1), lambda: torch.softmax(x, -1),
+                            args.rounds, 5)
         show("softmax rows [4096, 1024]", te, tt)
         lib.em_tensor_release(ex)
 
     if want("sum dim 1 [4096, 4096]"):
         s = torch.rand(4096, 4096)
         es = em.tensor(s)
-        te, tt, _ = pair(lambda: em.run(lib.em_sum_dim, es, 1, False), lambda: s.sum(1),
-                         args.rounds, 5)
+        te, tt, _, _ = pair(lambda: em.run(lib.em_sum_dim, es, 1, False), lambda: s.sum(1),
+                            args.rounds, 5)
         show("sum dim 1 [4096, 4096]", te, tt)
         lib.em_tensor_release(es)
 
@@ -206,9 +144,9 @@ def main():
         w = torch.rand(64, 3, 3, 3)
         exi, ew = em.tensor(xi), em.tensor(w)
         p = ConvParams((1, 1), (1, 1), (1, 1), (0, 0), 1)
-        te, tt, tbest = pair(lambda: em.run(lib.em_conv2d, exi, ew, None, ctypes.byref(p)),
-                             lambda: torch.nn.functional.conv2d(xi, w, padding=1), args.rounds,
-                             3)
+        te, tt, _, tbest = pair(lambda: em.run(lib.em_conv2d, exi, ew, None, ctypes.byref(p)),
+                                lambda: torch.nn.functional.conv2d(xi, w, padding=1),
+                                args.rounds, 3)
         print("  %-40s ember %9.3f ms   torch %9.3f ms   ratio %6.2f   (torch's best round "
               "%.3f ms: ratio %.2f)" % ("conv2d 64x3x56x56, 64 3x3 pad 1", te * 1e3, tt * 1e3,
                                         tt / te, tbest * 1e3, tbest / te))

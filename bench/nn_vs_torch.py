@@ -22,97 +22,39 @@ Ratios above 1 mean ember is faster.
 import argparse
 import ctypes
 import os
-import statistics
 import sys
-import time
 
 import torch
 
-
-class Device(ctypes.Structure):
-    _fields_ = [("backend", ctypes.c_int), ("index", ctypes.c_int), ("autodiff", ctypes.c_bool),
-                ("checkpointing", ctypes.c_int)]
-
-
-EM_F32, EM_I64 = 0, 4
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ember_ctypes  # noqa: E402  (bench/ember_ctypes.py)
+from ember_ctypes import EM_F32, I64P, P, PP  # noqa: E402
 
 
 def load_ember(build):
-    lib = ctypes.CDLL(os.path.join(build, "libember.so"))
-    p, pp, i64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)
-    lib.em_device_parse.argtypes = [ctypes.c_char_p, ctypes.POINTER(Device)]
-    lib.em_tensor_from_data.argtypes = [p, ctypes.c_int, i64p, ctypes.c_int, Device, pp]
-    lib.em_zeros.argtypes = [i64p, ctypes.c_int, ctypes.c_int, Device, pp]
-    lib.em_expand.argtypes = [p, i64p, ctypes.c_int, pp]
-    lib.em_reshape.argtypes = [p, i64p, ctypes.c_int, pp]
-    lib.em_index_select.argtypes = [p, ctypes.c_int, p, pp]
-    lib.em_embedding.argtypes = [p, p, pp]
-    lib.em_scatter_add.argtypes = [p, ctypes.c_int, p, p, pp]
-    lib.em_adaptive_avg_pool2d.argtypes = [p, ctypes.c_int64, ctypes.c_int64, pp]
-    lib.em_sum.argtypes = [p, pp]
-    lib.em_tensor_require_grad.argtypes = [p]
-    lib.em_backward.argtypes = [p, pp]
-    lib.em_grads_release.argtypes = [p]
-    lib.em_tensor_release.argtypes = [p]
-    lib.em_last_error.restype = ctypes.c_char_p
-    return lib
+    return ember_ctypes.load(build, (
+        ("em_zeros", [I64P, ctypes.c_int, ctypes.c_int, ember_ctypes.Device, PP]),
+        ("em_expand", [P, I64P, ctypes.c_int, PP]),
+        ("em_reshape", [P, I64P, ctypes.c_int, PP]),
+        ("em_index_select", [P, ctypes.c_int, P, PP]),
+        ("em_embedding", [P, P, PP]),
+        ("em_scatter_add", [P, ctypes.c_int, P, P, PP]),
+        ("em_adaptive_avg_pool2d", [P, ctypes.c_int64, ctypes.c_int64, PP]),
+        ("em_sum", [P, PP]),
+        ("em_tensor_require_grad", [P]),
+        ("em_backward", [P, PP]),
+        ("em_grads_release", [P])))
 
 
-class Ember:
+class Ember(ember_ctypes.Ember):
     def __init__(self, lib):
-        self.lib = lib
-        self.dev = self.device(b"cpu")
-        self.ad = self.device(b"cpu+autodiff")
-
-    def device(self, name):
-        d = Device()
-        self.check(self.lib.em_device_parse(name, ctypes.byref(d)))
-        return d
-
-    def check(self, status):
-        if status != 0:
-            raise RuntimeError("ember: " + self.lib.em_last_error().decode())
-
-    @staticmethod
-    def shape(s):
-        return (ctypes.c_int64 * len(s))(*s)
-
-    def tensor(self, t, dev=None):
-        t = t.contiguous()
-        dt = EM_I64 if t.dtype == torch.int64 else EM_F32
-        out = ctypes.c_void_p()
-        self.check(self.lib.em_tensor_from_data(ctypes.c_void_p(t.data_ptr()), dt,
-                                                self.shape(t.shape), t.dim(),
-                                                dev if dev is not None else self.dev,
-                                                ctypes.byref(out)))
-        return out
-
-    def call(self, fn, *args):
-        out = ctypes.c_void_p()
-        self.check(fn(*args, ctypes.byref(out)))
-        return out
-
-    def run(self, fn, *args):
-        self.lib.em_tensor_release(self.call(fn, *args))
-
-
-def timed(fn, reps):
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - t0) / reps
+        super().__init__(lib)
+        self.ad = self.device("cpu+autodiff")
 
 
 def pair(a, b, rounds, reps):
     """Median seconds of a and b, interleaved (one warm-up each)."""
-    a(), b()
-    ta, tb = [], []
-    for r in range(rounds):
-        if r % 2:
-            tb.append(timed(b, reps)); ta.append(timed(a, reps))
-        else:
-            ta.append(timed(a, reps)); tb.append(timed(b, reps))
-    return statistics.median(ta), statistics.median(tb)
+    return ember_ctypes.pair(a, b, rounds, reps)[:2]
 
 
 def show(name, te, tt):

@@ -15,87 +15,36 @@ x.mean((0, 2, 3)); softmax of [8, 8, 256, 256] over the last dim; and cumsum ove
 import argparse
 import ctypes
 import os
-import statistics
 import subprocess
 import sys
-import time
 
-
-class Device(ctypes.Structure):
-    _fields_ = [("backend", ctypes.c_int), ("index", ctypes.c_int), ("autodiff", ctypes.c_bool),
-                ("checkpointing", ctypes.c_int)]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ember_ctypes  # noqa: E402  (bench/ember_ctypes.py)
+from ember_ctypes import I64P, P, PP  # noqa: E402
 
 
 def load_ember(build):
-    lib = ctypes.CDLL(os.path.join(build, "libember.so"))
-    p = ctypes.c_void_p
-    lib.em_device_parse.argtypes = [ctypes.c_char_p, ctypes.POINTER(Device)]
-    lib.em_tensor_from_data.argtypes = [p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
-                                        ctypes.c_int, Device, ctypes.POINTER(p)]
-    lib.em_softmax.argtypes = [p, ctypes.c_int, ctypes.POINTER(p)]
-    lib.em_cumsum.argtypes = [p, ctypes.c_int, ctypes.POINTER(p)]
-    lib.em_sum_dim.argtypes = [p, ctypes.c_int, ctypes.c_bool, ctypes.POINTER(p)]
-    lib.em_mean_dim.argtypes = [p, ctypes.c_int, ctypes.c_bool, ctypes.POINTER(p)]
-    lib.em_reshape.argtypes = [p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.POINTER(p)]
-    lib.em_tensor_release.argtypes = [p]
-    lib.em_last_error.restype = ctypes.c_char_p
-    return lib
-
-
-def timed(fn, reps):
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - t0) / reps
-
-
-def pair(a, b, rounds, reps):
-    """Median seconds of a and b, interleaved (one warm-up each)."""
-    a(), b()
-    ta, tb = [], []
-    for r in range(rounds):
-        if r % 2:
-            tb.append(timed(b, reps)); ta.append(timed(a, reps))
-        else:
-            ta.append(timed(a, reps)); tb.append(timed(b, reps))
-    return statistics.median(ta), statistics.median(tb)
+    return ember_ctypes.load(build, (
+        ("em_softmax", [P, ctypes.c_int, PP]),
+        ("em_cumsum", [P, ctypes.c_int, PP]),
+        ("em_sum_dim", [P, ctypes.c_int, ctypes.c_bool, PP]),
+        ("em_mean_dim", [P, ctypes.c_int, ctypes.c_bool, PP]),
+        ("em_reshape", [P, I64P, ctypes.c_int, PP])))
 
 
 def child(build, threads, rounds):
     os.environ["EMBER_NUM_THREADS"] = str(threads)
     import torch
     torch.set_num_threads(threads)
-    lib = load_ember(build)
-    dev = Device()
-
-    def check(st):
-        if st != 0:
-            raise RuntimeError("ember: " + lib.em_last_error().decode())
-
-    check(lib.em_device_parse(b"cpu", ctypes.byref(dev)))
-
-    def tensor(t):
-        t = t.contiguous()
-        shape = (ctypes.c_int64 * t.dim())(*t.shape)
-        out = ctypes.c_void_p()
-        check(lib.em_tensor_from_data(ctypes.c_void_p(t.data_ptr()), 0, shape, t.dim(), dev,
-                                      ctypes.byref(out)))
-        return out
-
-    def call(fn, *args):
-        out = ctypes.c_void_p()
-        check(fn(*args, ctypes.byref(out)))
-        return out
-
-    def run(fn, *args):
-        lib.em_tensor_release(call(fn, *args))
+    em = ember_ctypes.Ember(load_ember(build))
+    lib, tensor, call, run = em.lib, em.tensor, em.call, em.run
 
     only = os.environ.get("REDUCE_BENCH_ONLY", "")
 
     def pair_(name, a, b, reps):
         if only and only not in name:
             return None
-        te, tt = pair(a, b, rounds, reps)
+        te, tt, _, _ = ember_ctypes.pair(a, b, rounds, reps)
         show(name, te, tt)
         return te, tt
 

@@ -11,18 +11,14 @@ erf/gelu/tanh then cover their saturation as well as their middle). ref's time (
 reference backend) is measured on the flat shape with fewer repetitions.
 """
 import argparse
-import ctypes
 import os
-import statistics
 import sys
-import time
 
 import torch
 
-
-class Device(ctypes.Structure):
-    _fields_ = [("backend", ctypes.c_int), ("index", ctypes.c_int), ("autodiff", ctypes.c_bool),
-                ("checkpointing", ctypes.c_int)]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ember_ctypes  # noqa: E402  (bench/ember_ctypes.py)
+from ember_ctypes import P, PP, pair, timed  # noqa: E402
 
 
 OPS = [("gelu", "em_gelu", lambda t: torch.nn.functional.gelu(t)),
@@ -35,63 +31,14 @@ OPS = [("gelu", "em_gelu", lambda t: torch.nn.functional.gelu(t)),
        ("log1p", "em_log1p", torch.log1p)]
 
 
-class Ember:
+class Ember(ember_ctypes.Ember):
     def __init__(self, build, device):
-        lib = ctypes.CDLL(os.path.join(build, "libember.so"))
-        p = ctypes.c_void_p
-        lib.em_device_parse.argtypes = [ctypes.c_char_p, ctypes.POINTER(Device)]
-        lib.em_tensor_from_data.argtypes = [p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
-                                            ctypes.c_int, Device, ctypes.POINTER(p)]
-        lib.em_tensor_release.argtypes = [p]
-        lib.em_last_error.restype = ctypes.c_char_p
-        for _, fn, _ in OPS:
-            getattr(lib, fn).argtypes = [p, ctypes.POINTER(p)]
-        self.lib = lib
-        self.devs = {}
-        for d in ("cpu", "ref"):
-            dev = Device()
-            self.check(lib.em_device_parse(d.encode(), ctypes.byref(dev)))
-            self.devs[d] = dev
-
-    def check(self, status):
-        if status != 0:
-            raise RuntimeError("ember: " + self.lib.em_last_error().decode())
-
-    def tensor(self, t, dev):
-        t = t.contiguous()
-        shape = (ctypes.c_int64 * t.dim())(*t.shape)
-        out = ctypes.c_void_p()
-        self.check(self.lib.em_tensor_from_data(ctypes.c_void_p(t.data_ptr()), 0, shape, t.dim(),
-                                                self.devs[dev], ctypes.byref(out)))
-        return out
+        super().__init__(ember_ctypes.load(build, [(fn, [P, PP]) for _, fn, _ in OPS]), device)
+        self.device("ref")
 
     def op(self, name, x):
         fn = getattr(self.lib, name)
-        out = ctypes.c_void_p()
-
-        def run():
-            self.check(fn(x, ctypes.byref(out)))
-            self.lib.em_tensor_release(out)
-        return run
-
-
-def timed(fn, reps):
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - t0) / reps
-
-
-def pair(a, b, rounds, reps):
-    """Median and best seconds of a and b, interleaved (one warm-up each)."""
-    a(), b()
-    ta, tb = [], []
-    for r in range(rounds):
-        if r % 2:
-            tb.append(timed(b, reps)); ta.append(timed(a, reps))
-        else:
-            ta.append(timed(a, reps)); tb.append(timed(b, reps))
-    return statistics.median(ta), statistics.median(tb), min(ta), min(tb)
+        return lambda: self.run(fn, x)
 
 
 def main():
