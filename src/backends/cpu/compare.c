@@ -117,17 +117,6 @@ static void cmp_row(void *ctx, char *const *p, const int64_t *s, int64_t n) {
     cmp_row_blocked(c, p, s, n);
 }
 
-typedef struct iter_job {
-    cpu_iter it;
-    cpu_row_fn row;
-    void *ctx;
-} iter_job;
-
-static void iter_range(int64_t lo, int64_t hi, void *arg) {
-    iter_job *j = arg;
-    cpu_iter_range(&j->it, lo, hi, j->row, j->ctx);
-}
-
 /* short rows as blocks (shortrows.h) */
 #define CMP_SB_F32(j, po, x, vec, P, g0)                                                       \
     cmp_any_f32((j)->op, (uint8_t *)(po), x[1], vec[1], x[2], vec[2], P)
@@ -140,14 +129,14 @@ bool CPU_K(cpu_compare)(em_binary_op op, const em_view *out, const em_view *a,
                         const em_view *b) {
     if (!is_cmp(op) || out->dtype != EM_BOOL || a->dtype != b->dtype) return false;
     cmp_ctx c = {op, a->dtype};
-    iter_job j = {.row = cmp_row, .ctx = &c};
+    cpu_iter_job j = {.row = cmp_row, .ctx = &c};
     const em_view *vs[3] = {out, a, b};
     cpu_iter_init(&j.it, 3, vs);
     if (!j.it.numel) return true;
     if (cpu_sb_run(&j.it, op, a->dtype, a->dtype == EM_F64 ? cmp_sb_f64 : cmp_sb_f32, CMP_GRAIN,
                    cpu_parallel_for))
         return true;
-    cpu_parallel_for(j.it.numel, CMP_GRAIN, iter_range, &j);
+    cpu_parallel_for(j.it.numel, CMP_GRAIN, cpu_iter_job_range, &j);
     return true;
 }
 
@@ -241,38 +230,27 @@ static void where_rows(void *ctx, char *const *p, const int64_t *s, int64_t n, c
     }
 }
 
-typedef struct rows_job {
-    cpu_iter it;
-    cpu_rows_fn rows;
-    void *ctx;
-} rows_job;
-
-static void rows_range(int64_t lo, int64_t hi, void *arg) {
-    rows_job *j = arg;
-    cpu_iter_rows(&j->it, lo, hi, j->rows, j->ctx);
-}
-
 em_status CPU_K(cpu_where)(void *ctx, const em_view *out, const em_view *cond,
                            const em_view *a, const em_view *b) {
     size_t es = em_dtype_size(out->dtype);
     bool ok = cond->dtype == EM_BOOL && a->dtype == out->dtype && b->dtype == out->dtype &&
               (es == 1 || es == 2 || es == 4 || es == 8);
     if (!ok) return CPU_FALLBACK(CPU_FB_WHERE, out->dtype, where, ctx, out, cond, a, b);
-    iter_job j = {.row = es == 1   ? where_row_1
-                         : es == 2 ? where_row_2
-                         : es == 4 ? where_row_4
-                                   : where_row_8,
-                  .ctx = NULL};
+    cpu_iter_job j = {.row = es == 1   ? where_row_1
+                             : es == 2 ? where_row_2
+                             : es == 4 ? where_row_4
+                                       : where_row_8,
+                      .ctx = NULL};
     const em_view *vs[4] = {out, cond, a, b};
     cpu_iter_init(&j.it, 4, vs);
     if (!j.it.numel) return EM_OK;
     int64_t inner = j.it.shape[j.it.rank - 1], rows = cpu_iter_rows_count(&j.it);
     if (inner < 256 && rows >= 4 * (int64_t)cpu_threads()) { /* short rows: runs of rows */
         where_rows_ctx wc = {j.row, (int64_t)es};
-        rows_job rj = {j.it, where_rows, &wc};
-        cpu_parallel_for(rows, CMP_GRAIN / inner + 1, rows_range, &rj);
+        cpu_rows_job rj = {j.it, where_rows, &wc};
+        cpu_parallel_for(rows, CMP_GRAIN / inner + 1, cpu_rows_job_range, &rj);
         return EM_OK;
     }
-    cpu_parallel_for(j.it.numel, CMP_GRAIN, iter_range, &j);
+    cpu_parallel_for(j.it.numel, CMP_GRAIN, cpu_iter_job_range, &j);
     return EM_OK;
 }

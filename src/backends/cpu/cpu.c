@@ -224,17 +224,6 @@ static void copy_rows(void *ctx, char *const *p, const int64_t *s, int64_t n, co
     }
 }
 
-typedef struct rows_job {
-    cpu_iter it;
-    cpu_rows_fn rows;
-    void *ctx;
-} rows_job;
-
-static void rows_range(int64_t lo, int64_t hi, void *arg) {
-    rows_job *j = arg;
-    cpu_iter_rows(&j->it, lo, hi, j->rows, j->ctx);
-}
-
 /* one row with a cast */
 static void cast_row(void *ctx, char *const *p, const int64_t *s, int64_t n) {
     const copy_ctx *c = ctx;
@@ -264,17 +253,6 @@ static void cast_row(void *ctx, char *const *p, const int64_t *s, int64_t n) {
             }
         }
     }
-}
-
-typedef struct iter_job {
-    cpu_iter it;
-    cpu_row_fn row;
-    void *ctx;
-} iter_job;
-
-static void iter_range(int64_t lo, int64_t hi, void *arg) {
-    iter_job *j = arg;
-    cpu_iter_range(&j->it, lo, hi, j->row, j->ctx);
 }
 
 /* ---- the tiled transpose: dims k (out's inner, strided in in) and jd (in's unit stride) --- */
@@ -425,21 +403,21 @@ em_status cpu_copy(void *ctx, const em_view *out, const em_view *in) {
         }
     }
     copy_ctx c = {out->dtype, in->dtype, (int64_t)em_dtype_size(in->dtype)};
-    iter_job j = {.ctx = &c};
+    cpu_iter_job j = {.ctx = &c};
     cpu_iter_init2(&j.it, out, in);
     if (out->dtype == in->dtype) {
         if (copy_transpose(&j.it, c.es)) return EM_OK;
         int64_t rows = cpu_iter_rows_count(&j.it), inner = j.it.shape[j.it.rank - 1];
         if (rows >= 4 * (int64_t)cpu_threads()) { /* whole rows a task, runs of them a call */
-            rows_job rj = {j.it, copy_rows, &c};
-            cpu_parallel_for(rows, (1 << 15) / inner + 1, rows_range, &rj);
+            cpu_rows_job rj = {j.it, copy_rows, &c};
+            cpu_parallel_for(rows, (1 << 15) / inner + 1, cpu_rows_job_range, &rj);
             return EM_OK;
         }
         j.row = copy_row; /* a few long rows: split inside them */
     } else {
         j.row = cast_row;
     }
-    cpu_parallel_for(n, 1 << 15, iter_range, &j);
+    cpu_parallel_for(n, 1 << 15, cpu_iter_job_range, &j);
     return EM_OK;
 }
 
@@ -500,10 +478,10 @@ em_status cpu_fill(void *ctx, const em_view *out, double value) {
     if (c.es != 1 && c.es != 2 && c.es != 4 && c.es != 8)
         return CPU_FALLBACK(CPU_FB_FILL, out->dtype, fill, ctx, out, value);
     cpu_st_f64(c.elem, out->dtype, value);
-    iter_job j = {.row = fill_row, .ctx = &c};
+    cpu_iter_job j = {.row = fill_row, .ctx = &c};
     const em_view *vs[1] = {out};
     cpu_iter_init(&j.it, 1, vs);
-    if (j.it.numel) cpu_parallel_for(j.it.numel, 1 << 16, iter_range, &j);
+    if (j.it.numel) cpu_parallel_for(j.it.numel, 1 << 16, cpu_iter_job_range, &j);
     return EM_OK;
 }
 

@@ -209,6 +209,33 @@ static inline void cpu_iter_rows(const cpu_iter *it, int64_t lo, int64_t hi, cpu
     }
 }
 
+/** A job for cpu_parallel_for over the linear elements of an iteration:
+ *  cpu_parallel_for(j.it.numel, grain, cpu_iter_job_range, &j) calls j.row(j.ctx, ...) on the
+ *  rows of each range (cpu_iter_range). */
+typedef struct cpu_iter_job {
+    cpu_iter it;
+    cpu_row_fn row;
+    void *ctx;
+} cpu_iter_job;
+
+static inline void cpu_iter_job_range(int64_t lo, int64_t hi, void *arg) {
+    cpu_iter_job *j = arg;
+    cpu_iter_range(&j->it, lo, hi, j->row, j->ctx);
+}
+
+/** The same over whole rows: cpu_parallel_for(cpu_iter_rows_count(&j.it), grain,
+ *  cpu_rows_job_range, &j) calls j.rows(j.ctx, ...) (cpu_iter_rows). */
+typedef struct cpu_rows_job {
+    cpu_iter it;
+    cpu_rows_fn rows;
+    void *ctx;
+} cpu_rows_job;
+
+static inline void cpu_rows_job_range(int64_t lo, int64_t hi, void *arg) {
+    cpu_rows_job *j = arg;
+    cpu_iter_rows(&j->it, lo, hi, j->rows, j->ctx);
+}
+
 /* ---- element conversions with ref's semantics ---- */
 
 static inline bool cpu_is_float_dt(em_dtype dt) {
