@@ -27,6 +27,8 @@
 #include "ember/backend.h"
 #include "ember/ember.h"
 
+#include "cpu_test_util.h"
+
 #define POOL 40000 /* elements a pool holds */
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -42,29 +44,10 @@ static const em_dtype all_dt[] = {EM_F32, EM_F64, EM_F16, EM_BF16, EM_I64,
                                   EM_I32, EM_I16, EM_I8,  EM_U8,   EM_BOOL};
 #define NDT (int)(sizeof all_dt / sizeof all_dt[0])
 
-static bool is_float(em_dtype dt) {
-    return dt == EM_F32 || dt == EM_F64 || dt == EM_F16 || dt == EM_BF16;
-}
-
-static void store(void *p, em_dtype dt, int64_t i, double v) {
-    switch (dt) {
-    case EM_F32: ((float *)p)[i] = (float)v; break;
-    case EM_F64: ((double *)p)[i] = v; break;
-    case EM_F16: ((uint16_t *)p)[i] = em_f32_to_f16((float)v); break;
-    case EM_BF16: ((uint16_t *)p)[i] = em_f32_to_bf16((float)v); break;
-    case EM_I64: ((int64_t *)p)[i] = (int64_t)v; break;
-    case EM_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case EM_I16: ((int16_t *)p)[i] = (int16_t)v; break;
-    case EM_I8: ((int8_t *)p)[i] = (int8_t)v; break;
-    case EM_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-    default: ((uint8_t *)p)[i] = v != 0; break;
-    }
-}
-
 /* A random value for dt: small numbers, a few specials. */
 static double value(em_dtype dt) {
     int r = rndn(64);
-    if (is_float(dt)) {
+    if (ct_is_float(dt)) {
         if (r == 0) return NAN;
         if (r == 1) return INFINITY;
         if (r == 2) return -0.0;
@@ -88,7 +71,7 @@ static double value(em_dtype dt) {
 }
 
 static void fill_pool(void *p, em_dtype dt) {
-    for (int64_t i = 0; i < POOL; i++) store(p, dt, i, value(dt));
+    for (int64_t i = 0; i < POOL; i++) ct_store(p, dt, i, value(dt));
 }
 
 /* A view of `shape` in pool p: dims in a random order, some stepped by 2, some flipped,
@@ -180,19 +163,10 @@ static em_view on(em_view v, int s, int k) {
     return v;
 }
 
-static double ld(const void *p, em_dtype dt, int64_t i) {
-    switch (dt) {
-    case EM_F32: return ((const float *)p)[i];
-    case EM_F64: return ((const double *)p)[i];
-    case EM_F16: return em_f16_to_f32(((const uint16_t *)p)[i]);
-    default: return em_bf16_to_f32(((const uint16_t *)p)[i]);
-    }
-}
-
 /* The out pools (index 0) of both sides agree: bit for bit, floats within tol (rel). */
 static void check_out(em_dtype dt, double tol, const char *what) {
     size_t es = em_dtype_size(dt);
-    if (!is_float(dt) || tol == 0) {
+    if (!ct_is_float(dt) || tol == 0) {
         if (memcmp(S[0].pool[0], S[1].pool[0], POOL * es) != 0) {
             for (int64_t i = 0; i < POOL; i++)
                 if (memcmp(S[0].pool[0] + i * es, S[1].pool[0] + i * es, es)) {
@@ -203,7 +177,7 @@ static void check_out(em_dtype dt, double tol, const char *what) {
         return;
     }
     for (int64_t i = 0; i < POOL; i++) {
-        double a = ld(S[0].pool[0], dt, i), b = ld(S[1].pool[0], dt, i);
+        double a = ct_load(S[0].pool[0], dt, i), b = ct_load(S[1].pool[0], dt, i);
         if (a != a && b != b) continue;
         if (a == b) continue;
         if (fabs(a - b) <= tol * fabs(b)) continue;
@@ -225,7 +199,7 @@ static double tol_of(em_dtype dt, em_binary_op op) {
 
 static bool op_ok(em_binary_op op, em_dtype dt) {
     if (op == EM_BIN_AND || op == EM_BIN_OR) return dt == EM_BOOL;
-    if (op == EM_BIN_POW) return is_float(dt);
+    if (op == EM_BIN_POW) return ct_is_float(dt);
     if (dt == EM_BOOL) return op >= EM_BIN_EQ;
     return true;
 }

@@ -36,6 +36,7 @@ int main(void) {
 #else
 #include "backends/cpu/fallback.h"
 #include "backends/cpu/isa.h"
+#include "cpu_test_util.h"
 
 /* the cpu backend's slots compiled once (cpu.h, which needs cblas.h) */
 em_status cpu_gather(void *ctx, const em_view *out, const em_view *in, int dim,
@@ -63,47 +64,13 @@ typedef struct buf {
     em_dtype dt;
 } buf;
 
-static void st_elem(void *p, em_dtype dt, size_t i, double v) {
-    switch (dt) {
-    case EM_F32: ((float *)p)[i] = (float)v; break;
-    case EM_F64: ((double *)p)[i] = v; break;
-    case EM_F16: ((uint16_t *)p)[i] = em_f32_to_f16((float)v); break;
-    case EM_BF16: ((uint16_t *)p)[i] = em_f32_to_bf16((float)v); break;
-    case EM_I64: ((int64_t *)p)[i] = (int64_t)v; break;
-    case EM_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case EM_I16: ((int16_t *)p)[i] = (int16_t)v; break;
-    case EM_I8: ((int8_t *)p)[i] = (int8_t)v; break;
-    case EM_U8: ((uint8_t *)p)[i] = (uint8_t)(int64_t)v; break;
-    case EM_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-    default: break;
-    }
-}
-
-static double ld_elem(const void *p, em_dtype dt, size_t i) {
-    switch (dt) {
-    case EM_F32: return ((const float *)p)[i];
-    case EM_F64: return ((const double *)p)[i];
-    case EM_F16: return em_f16_to_f32(((const uint16_t *)p)[i]);
-    case EM_BF16: return em_bf16_to_f32(((const uint16_t *)p)[i]);
-    case EM_I64: return (double)((const int64_t *)p)[i];
-    case EM_I32: return ((const int32_t *)p)[i];
-    case EM_I16: return ((const int16_t *)p)[i];
-    case EM_I8: return ((const int8_t *)p)[i];
-    default: return ((const uint8_t *)p)[i];
-    }
-}
-
-static bool is_float(em_dtype dt) {
-    return dt == EM_F32 || dt == EM_F64 || dt == EM_F16 || dt == EM_BF16;
-}
-
 /* n elements of dt: random values in [lo, hi) (integers: rounded down) */
 static buf mkbuf(em_dtype dt, size_t n, double lo, double hi) {
     buf b = {calloc(n ? n : 1, em_dtype_size(dt) > 0 ? em_dtype_size(dt) : 1), n, dt};
     assert_non_null(b.p);
     for (size_t i = 0; i < n; i++) {
         double v = lo + (hi - lo) * urand();
-        st_elem(b.p, dt, i, is_float(dt) ? v : floor(v));
+        ct_store(b.p, dt, i, ct_is_float(dt) ? v : floor(v));
     }
     return b;
 }
@@ -177,7 +144,7 @@ static double tol_of(em_dtype dt) {
 static void check_same(const char *what, const buf *got, const buf *want, bool exact) {
     const double tol = exact ? 0 : tol_of(got->dt);
     for (size_t i = 0; i < got->n; i++) {
-        double g = ld_elem(got->p, got->dt, i), w = ld_elem(want->p, want->dt, i);
+        double g = ct_load(got->p, got->dt, i), w = ct_load(want->p, want->dt, i);
         bool ok = (isnan(g) && isnan(w)) || g == w ||
                   (fabs(g - w) <= tol * (1 + fabs(w)) && !isnan(g) && !isnan(w));
         if (!ok) fail_msg("%s (%s): element %zu: got %.9g, want %.9g", what,
@@ -373,7 +340,7 @@ static void pooling_cases(void **state) {
                                                  a->stride[d] + 1;
                             buf bx, bo, bi, bgy, bgx;
                             em_view x = mkview(&bx, dt, 4, xs[s], lx, -3, 3);
-                            if (bx.n > 40) st_elem(bx.p, dt, 40, NAN); /* NaN wins */
+                            if (bx.n > 40) ct_store(bx.p, dt, 40, NAN); /* NaN wins */
                             em_view out = mkview(&bo, dt, 4, osh, lo, -9, 9);
                             em_view idx = mkview(&bi, EM_I64, 4, osh, (lo + lx) % L_COUNT, 0, 0);
                             buf wo = clone(&bo), wi = clone(&bi);

@@ -26,6 +26,8 @@
 #include "ember/backend.h"
 #include "ember/ember.h"
 
+#include "cpu_test_util.h"
+
 #ifndef EMBER_TEST_HAVE_CPU
 int main(void) {
     printf("test_cpu_reduce: no cpu backend in this build: skipped\n");
@@ -49,40 +51,6 @@ static double urand(void) { /* [-1, 1) */
 }
 
 static size_t esz(em_dtype dt) { return dt == EM_F64 ? 8 : dt == EM_F32 ? 4 : 2; }
-
-static void put(void *buf, em_dtype dt, int64_t i, double v) {
-    switch (dt) {
-    case EM_F32: ((float *)buf)[i] = (float)v; break;
-    case EM_F64: ((double *)buf)[i] = v; break;
-    case EM_F16: ((uint16_t *)buf)[i] = em_f32_to_f16((float)v); break;
-    default: ((uint16_t *)buf)[i] = em_f32_to_bf16((float)v); break;
-    }
-}
-
-static double get(const void *buf, em_dtype dt, int64_t i) {
-    switch (dt) {
-    case EM_F32: return ((const float *)buf)[i];
-    case EM_F64: return ((const double *)buf)[i];
-    case EM_F16: return em_f16_to_f32(((const uint16_t *)buf)[i]);
-    case EM_I64: return (double)((const int64_t *)buf)[i];
-    default: return em_bf16_to_f32(((const uint16_t *)buf)[i]);
-    }
-}
-
-static em_view dense(void *buf, em_dtype dt, int rank, const int64_t *shape) {
-    em_view v;
-    memset(&v, 0, sizeof v);
-    v.buf = buf;
-    v.dtype = dt;
-    v.rank = rank;
-    int64_t s = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        v.shape[d] = shape[d];
-        v.strides[d] = s;
-        s *= shape[d];
-    }
-    return v;
-}
 
 static int64_t numel(const em_view *v) {
     int64_t n = 1;
@@ -139,8 +107,8 @@ static em_view make_input(em_dtype dt, int rank, const int64_t *shape, int lay, 
         v.strides[d] = -v.strides[d];
     }
     *buf = calloc((size_t)total + 64, esz(dt));
-    for (int64_t i = 0; i < total; i++) put(*buf, dt, i, urand() * 3);
-    if (nan && total > 5) put(*buf, dt, total / 2, NAN);
+    for (int64_t i = 0; i < total; i++) ct_store(*buf, dt, i, urand() * 3);
+    if (nan && total > 5) ct_store(*buf, dt, total / 2, NAN);
     v.buf = *buf;
     return v;
 }
@@ -165,7 +133,7 @@ static em_view make_output(em_dtype dt, const em_view *in, int dim, bool gaps, v
 
 /** Same shape as in, dense, or with the last two dims transposed in storage plus gaps. */
 static em_view make_same(em_dtype dt, const em_view *in, bool strided, void **buf) {
-    em_view v = dense(NULL, dt, in->rank, in->shape);
+    em_view v = ct_dense(NULL, dt, in->rank, in->shape);
     int64_t n = numel(in);
     if (strided && in->rank >= 2) {
         int r = in->rank;
@@ -194,7 +162,8 @@ static int fails = 0;
 static void compare(const char *what, const em_view *a, const em_view *b, double tol) {
     int64_t n = numel(a);
     for (int64_t i = 0; i < n; i++) {
-        double x = get(a->buf, a->dtype, off_of(a, i)), y = get(b->buf, b->dtype, off_of(b, i));
+        double x = ct_load(a->buf, a->dtype, off_of(a, i));
+        double y = ct_load(b->buf, b->dtype, off_of(b, i));
         bool ok = (x != x && y != y) || x == y || fabs(x - y) <= tol * (1 + fabs(y));
         if (!ok) {
             if (fails++ < 20)

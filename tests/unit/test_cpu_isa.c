@@ -25,6 +25,8 @@
 
 #include "ember/ember.h"
 
+#include "../cpu/cpu_test_util.h"
+
 #ifndef EMBER_TEST_HAVE_CPU
 int main(void) {
     printf("test_cpu_isa: no cpu backend in this build: skipped\n");
@@ -109,21 +111,6 @@ static void process_level(void **state) {
 
 /* ---- every level against portable, kernel by kernel ---- */
 
-static em_view view(void *buf, em_dtype dt, int rank, const int64_t *shape) {
-    em_view v;
-    memset(&v, 0, sizeof v);
-    v.buf = buf;
-    v.dtype = dt;
-    v.rank = rank;
-    int64_t s = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        v.shape[d] = shape[d];
-        v.strides[d] = s;
-        s *= shape[d];
-    }
-    return v;
-}
-
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) { /* xorshift in [-2, 2) */
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -172,35 +159,36 @@ static void levels_agree(void **state) {
                 const cpu_kernels *t = side ? ref : k;
                 float *o = outs[side];
                 memset(o, 0, sizeof outs[side]);
-                em_view vx = view(x, EM_F32, 1, flat), vo = view(o, EM_F32, 1, flat);
-                em_view rx = view(x, EM_F32, 2, rows), ro = view(o, EM_F32, 2, rows);
-                em_view ix = view(x, EM_F32, 4, img);
+                em_view vx = ct_dense(x, EM_F32, 1, flat), vo = ct_dense(o, EM_F32, 1, flat);
+                em_view rx = ct_dense(x, EM_F32, 2, rows), ro = ct_dense(o, EM_F32, 2, rows);
+                em_view ix = ct_dense(x, EM_F32, 4, img);
                 em_status s = EM_OK;
                 switch (op) {
                 case 0: s = t->unary(NULL, EM_UN_EXP, &vo, &vx, NULL); break;
                 case 1: s = t->unary(NULL, EM_UN_SIGMOID, &vo, &vx, NULL); break;
                 case 2: { /* rows + a broadcast row */
-                    em_view b = view(x2, EM_F32, 2, row1);
+                    em_view b = ct_dense(x2, EM_F32, 2, row1);
                     b.strides[0] = 0;
                     b.shape[0] = rows[0];
                     s = t->binary(NULL, EM_BIN_ADD, &ro, &rx, &b);
                     break;
                 }
                 case 3: {
-                    em_view m = view(masks[side], EM_BOOL, 1, flat), b = view(x2, EM_F32, 1, flat);
+                    em_view m = ct_dense(masks[side], EM_BOOL, 1, flat),
+                            b = ct_dense(x2, EM_F32, 1, flat);
                     s = t->binary(NULL, EM_BIN_LT, &m, &vx, &b);
                     for (int i = 0; i < NX; i++) o[i] = masks[side][i];
                     break;
                 }
                 case 4: {
                     const int64_t r1[1] = {rows[0]};
-                    em_view so = view(o, EM_F32, 1, r1);
+                    em_view so = ct_dense(o, EM_F32, 1, r1);
                     s = t->reduce(NULL, EM_RED_SUM, &so, &rx, 1, NULL);
                     break;
                 }
                 case 5: {
                     const int64_t r1[1] = {rows[1]};
-                    em_view ai = view(idx[side], EM_I64, 1, r1);
+                    em_view ai = ct_dense(idx[side], EM_I64, 1, r1);
                     s = t->reduce(NULL, EM_RED_ARGMAX, &ai, &rx, 0, NULL);
                     for (int64_t i = 0; i < rows[1]; i++) o[i] = (float)idx[side][i];
                     break;
@@ -210,7 +198,8 @@ static void levels_agree(void **state) {
                 case 8: s = t->layer_norm(NULL, &ro, &rx, NULL, NULL, rows[1], 1e-5); break;
                 case 9: { /* 2x2 max pooling with indices */
                     const int64_t osh[4] = {2, 8, 15, 15};
-                    em_view po = view(o, EM_F32, 4, osh), pi = view(idx[side], EM_I64, 4, osh);
+                    em_view po = ct_dense(o, EM_F32, 4, osh),
+                            pi = ct_dense(idx[side], EM_I64, 4, osh);
                     em_pool_args a = {{2, 2}, {2, 2}, {0, 0}, {1, 1}, false};
                     s = t->max_pool2d(NULL, &po, &pi, &ix, &a);
                     for (int i = 0; i < 2 * 8 * 15 * 15; i++) o[NX + i] = (float)idx[side][i];
@@ -218,15 +207,15 @@ static void levels_agree(void **state) {
                 }
                 case 10: { /* 3x3 / 2 average pooling, padded */
                     const int64_t osh[4] = {2, 8, 15, 15};
-                    em_view po = view(o, EM_F32, 4, osh);
+                    em_view po = ct_dense(o, EM_F32, 4, osh);
                     em_pool_args a = {{3, 3}, {2, 2}, {1, 1}, {1, 1}, false};
                     s = t->avg_pool2d(NULL, &po, &ix, &a);
                     break;
                 }
                 case 11: { /* 3x3 conv, padding 1, bias */
                     const int64_t osh[4] = {2, 16, 30, 30};
-                    em_view co = view(o, EM_F32, 4, osh), cw = view(w, EM_F32, 4, wsh),
-                            cb = view(bias, EM_F32, 1, bsh);
+                    em_view co = ct_dense(o, EM_F32, 4, osh), cw = ct_dense(w, EM_F32, 4, wsh),
+                            cb = ct_dense(bias, EM_F32, 1, bsh);
                     x[17] = 0.5f; /* NaN would spread over the whole window */
                     em_conv_args a = {{1, 1}, {1, 1}, {1, 1}, {0, 0}, 1};
                     s = t->conv2d(NULL, &co, &ix, &cw, &cb, &a);
