@@ -93,6 +93,8 @@ em_status emi_bw_output(emi_ad_bw *bw, em_tensor **value);
 const int64_t *emi_bw_in_shape(const emi_ad_bw *bw, int i, int *rank);
 /** Input i's dtype. */
 em_dtype emi_bw_in_dtype(const emi_ad_bw *bw, int i);
+/** True when inputs i and j are the same tracked tensor (x * x). */
+bool emi_bw_same_input(const emi_ad_bw *bw, int i, int j);
 /** The output's shape and rank. */
 const int64_t *emi_bw_out_shape(const emi_ad_bw *bw, int *rank);
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autodiff/rules/rules.h"
 #include "autodiff/tape_impl.h"
 
 struct em_grads {
@@ -63,6 +64,12 @@ const int64_t *emi_bw_in_shape(const emi_ad_bw *bw, int i, int *rank) {
 }
 
 em_dtype emi_bw_in_dtype(const emi_ad_bw *bw, int i) { return bw->node->in[i].dtype; }
+
+bool emi_bw_same_input(const emi_ad_bw *bw, int i, int j) {
+    const emi_ad_node *n = bw->node;
+    return i >= 0 && j >= 0 && i < n->nin && j < n->nin && n->in[i].node != NULL &&
+           n->in[i].node == n->in[j].node;
+}
 
 const int64_t *emi_bw_out_shape(const emi_ad_bw *bw, int *rank) {
     *rank = bw->node->rank;
@@ -220,6 +227,98 @@ static em_status emi_accumulate(emi_ad_node *p, em_tensor *g) {
     return EM_OK;
 }
 
+/* ---- split: the pieces' gradients meet in one cat ---- */
+
+
+/* Holds g (consumed), the gradient of x's dims [start, stop) along dim, in p's list. */
+static em_status emi_add_piece(emi_ad_node *p, em_tensor *g, int dim, int64_t start,
+                               int64_t stop) {
+    if (p->npieces == p->cap_pieces) {
+        int cap = p->cap_pieces ? 2 * p->cap_pieces : 4;
+        emi_ad_piece *v = realloc(p->pieces, (size_t)cap * sizeof *v);
+        if (!v) {
+            em_tensor_release(g);
+            return emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
+        }
+        p->pieces = v;
+        p->cap_pieces = cap;
+    }
+    p->pieces[p->npieces++] = (emi_ad_piece){g, dim, start, stop};
+    return EM_OK;
+}
+
+/* zeros of node n's shape with size len along dim (a gap between pieces). */
+static em_status emi_piece_zeros(const emi_ad_node *n, const em_tensor *like, int dim,
+                                 int64_t len, em_tensor **out) {
+    int64_t shape[EM_MAX_RANK];
+    memcpy(shape, n->shape, sizeof shape);
+    shape[dim] = len;
+    return em_zeros(shape, n->rank, like->dtype, em_tensor_device(like), out);
+}
+
+/* Sums the held pieces into n's gradient: pieces along one dim that do not overlap (a split's,
+ * the common case) make one cat with zeros in the gaps; other mixes each go into zeros of x's
+ * shape through slice_assign, as the slice rule does. */
+static em_status emi_flush_pieces(emi_ad_node *n) {
+    int np = n->npieces;
+    if (np == 0) return EM_OK;
+    emi_ad_piece *v = n->pieces;
+    n->pieces = NULL;
+    n->npieces = n->cap_pieces = 0;
+    for (int i = 1; i < np; i++) { /* insertion sort by (dim, start) */
+        emi_ad_piece x = v[i];
+        int j = i;
+        for (; j > 0 && (v[j - 1].dim > x.dim ||
+                         (v[j - 1].dim == x.dim && v[j - 1].start > x.start)); j--)
+            v[j] = v[j - 1];
+        v[j] = x;
+    }
+    bool one_cat = v[0].dim == v[np - 1].dim;
+    for (int i = 1; i < np && one_cat; i++) one_cat = v[i - 1].stop <= v[i].start;
+    em_status s = EM_OK;
+    em_tensor *sum = NULL;
+    if (one_cat && np == 1 && v[0].start == 0 && v[0].stop == n->shape[v[0].dim]) {
+        sum = v[0].grad;
+        v[0].grad = NULL;
+    } else if (one_cat) {
+        int dim = v[0].dim;
+        const em_tensor **parts = malloc((size_t)(2 * np + 1) * sizeof *parts);
+        em_tensor **zs = calloc((size_t)np + 1, sizeof *zs);
+        int nparts = 0, nz = 0;
+        int64_t at = 0;
+        if (!parts || !zs) s = emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
+        for (int i = 0; i <= np && s == EM_OK; i++) {
+            int64_t next = i < np ? v[i].start : n->shape[dim];
+            if (next > at) {
+                s = emi_piece_zeros(n, v[0].grad, dim, next - at, &zs[nz]);
+                if (s == EM_OK) parts[nparts++] = zs[nz++];
+            }
+            if (i < np) {
+                parts[nparts++] = v[i].grad;
+                at = v[i].stop;
+            }
+        }
+        if (s == EM_OK) s = em_cat(parts, (size_t)nparts, dim, &sum);
+        for (int i = 0; zs && i < nz; i++) em_tensor_release(zs[i]);
+        free(zs);
+        free((void *)parts);
+    } else {
+        for (int i = 0; i < np && s == EM_OK; i++) {
+            em_tensor *z = NULL, *t = NULL;
+            s = emi_piece_zeros(n, v[i].grad, v[i].dim, n->shape[v[i].dim], &z);
+            if (s == EM_OK)
+                s = em_slice_assign(z, v[i].dim, v[i].start, v[i].stop, 1, v[i].grad, &t);
+            em_tensor_release(z);
+            if (s == EM_OK) s = emi_accumulate(n, t);
+        }
+    }
+    for (int i = 0; i < np; i++) em_tensor_release(v[i].grad);
+    free(v);
+    if (s == EM_OK && sum) s = emi_accumulate(n, sum);
+    else em_tensor_release(sum);
+    return s;
+}
+
 /* Runs node n's rule and sends the input gradients to its parents. */
 static em_status emi_run_rule(emi_ad_node *n) {
     bool need_stack[8] = {0};
@@ -232,7 +331,14 @@ static em_status emi_run_rule(emi_ad_node *n) {
         need[i] = n->in[i].node && n->in[i].node->need;
         gin[i] = NULL;
     }
-    if (s == EM_OK) {
+    if (s == EM_OK && n->rule == &emi_rule_split) {
+        /* held for the cat that sums all of x's pieces (emi_flush_pieces) */
+        const emi_rule_slice_params *sp = (const emi_rule_slice_params *)n->params;
+        if (need[0]) {
+            em_tensor_retain(n->grad);
+            s = emi_add_piece(n->in[0].node, n->grad, sp->dim, sp->start, sp->stop);
+        }
+    } else if (s == EM_OK) {
         emi_ad_bw bw = {n->params, n->nin, n->grad, need, gin, n};
         s = n->rule->backward(&bw);
     }
@@ -285,6 +391,8 @@ em_status em_backward(const em_tensor *loss, em_grads **out) {
     }
     for (size_t k = order.n; s == EM_OK && k-- > 0;) {
         emi_ad_node *n = order.v[k];
+        s = emi_flush_pieces(n);
+        if (s != EM_OK) break;
         if (n->need && n->grad) {
             if (!n->rule) {
                 if (n->requires_grad) {

@@ -159,6 +159,10 @@ void emi_ad_node_spend(emi_ad_node *n) {
     em_tensor_release(n->cache);
     em_tensor_release(n->grad);
     n->value = n->cache = n->grad = NULL;
+    for (int i = 0; i < n->npieces; i++) em_tensor_release(n->pieces[i].grad);
+    free(n->pieces);
+    n->pieces = NULL;
+    n->npieces = n->cap_pieces = 0;
 }
 
 void emi_ad_node_release(emi_ad_node *n) {

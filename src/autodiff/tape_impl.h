@@ -15,6 +15,14 @@ typedef struct emi_ad_input {
     int64_t shape[EM_MAX_RANK];
 } emi_ad_input;
 
+/* The gradient of one split piece (x's dims [start, stop) along dim), held until every
+ * piece of x is back, then summed into x's gradient as one cat (backward.c). */
+typedef struct emi_ad_piece {
+    em_tensor *grad;
+    int dim;
+    int64_t start, stop;
+} emi_ad_piece;
+
 struct emi_ad_node {
     atomic_int refs;
     const emi_ad_rule *rule;  /* NULL: a leaf */
@@ -29,6 +37,8 @@ struct emi_ad_node {
     /* backward scratch */
     em_tensor *grad;          /* accumulated gradient of the output */
     em_tensor *cache;         /* a recomputed output value */
+    emi_ad_piece *pieces;     /* split pieces' gradients not yet in grad */
+    int npieces, cap_pieces;
     bool need;                /* some leaf below wants a gradient through this node */
     int mark;                 /* traversal state */
     emi_ad_node *next;        /* release list link */

@@ -115,7 +115,9 @@ double em_optimizer_lr(const em_optimizer *opt) { return opt ? opt->lr : 0.0; }
 /* *acc = *acc * a + b * c (b may be NULL: *acc * a); consumes the old *acc. */
 static em_status nn_axpby(em_tensor **acc, double a, const em_tensor *b, double c) {
     em_tensor *t = NULL, *bc = NULL;
-    em_status s = em_mul_scalar_(*acc, a, &t);
+    em_status s = EM_OK;
+    if (a == 1.0) t = *acc; /* no pass for a product by 1 */
+    else s = em_mul_scalar_(*acc, a, &t);
     *acc = NULL;
     if (s != EM_OK || !b) {
         *acc = t;
@@ -168,33 +170,54 @@ static em_status nn_update(em_optimizer *o, size_t i, const em_tensor *p, em_ten
     if (!o->s1[i]) s = em_zeros(shape, rank, em_tensor_dtype(p), em_tensor_device(g), &o->s1[i]);
     if (s == EM_OK && !o->s2[i])
         s = em_zeros(shape, rank, em_tensor_dtype(p), em_tensor_device(g), &o->s2[i]);
-    em_tensor *d2 = NULL;
+    em_tensor *d2 = NULL, *t2 = NULL;
     if (s == EM_OK) s = nn_axpby(&o->s1[i], o->beta1, d, 1.0 - o->beta1);
+    /* (d * d) * (1 - beta2) in one buffer, as nn_axpby would make it in two */
     if (s == EM_OK) s = em_mul(d, d, &d2);
     em_tensor_release(d);
-    if (s == EM_OK) s = nn_axpby(&o->s2[i], o->beta2, d2, 1.0 - o->beta2);
-    em_tensor_release(d2);
+    if (s == EM_OK) s = em_mul_scalar_(d2, 1.0 - o->beta2, &t2);
+    if (s == EM_OK) s = nn_axpby(&o->s2[i], o->beta2, t2, 1.0);
+    em_tensor_release(t2);
     if (s != EM_OK) return s;
     int64_t t = ++o->steps[i];
     double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
     double step_size = o->lr / bc1;
     em_tensor *den = NULL, *q = NULL, *base = NULL;
+    /* step_size * s1 / (sqrt(s2) / sqrt(bc2) + eps), with step_size folded into the
+     * denominator's two scalars (one pass less) when that is exact enough */
+    const bool fold = step_size >= 1e-12 && step_size <= 1e12;
+    const double k = fold ? 1.0 / (sqrt(bc2) * step_size) : 1.0 / sqrt(bc2);
     s = em_sqrt(o->s2[i], &den);
-    if (s == EM_OK) s = em_mul_scalar_(den, 1.0 / sqrt(bc2), &q);
+    if (s == EM_OK) s = em_mul_scalar_(den, k, &q);
     den = NULL;
-    if (s == EM_OK) s = em_add_scalar_(q, o->eps, &den);
+    if (s == EM_OK) s = em_add_scalar_(q, fold ? o->eps / step_size : o->eps, &den);
     q = NULL;
     if (s == EM_OK) s = em_div(o->s1[i], den, &q);
     em_tensor_release(den);
+    den = NULL;
     if (s == EM_OK && o->kind == NN_ADAMW && o->wd != 0)
         s = em_mul_scalar(p, 1.0 - o->lr * o->wd, &base);
     else if (s == EM_OK) {
         base = (em_tensor *)p;
         em_tensor_retain(base);
     }
-    if (s == EM_OK) s = em_mul_scalar_(q, step_size, &den);
-    q = NULL;
-    if (s == EM_OK) s = em_sub(base, den, newp);
+    if (s == EM_OK && !fold) {
+        s = em_mul_scalar_(q, step_size, &den);
+        q = NULL;
+    } else if (s == EM_OK) {
+        den = q;
+        q = NULL;
+    } else {
+        em_tensor_release(q);
+        q = NULL;
+    }
+    /* base is a fresh buffer for AdamW's decay: the result goes into it */
+    if (s == EM_OK && base != p) {
+        s = em_sub_(base, den, newp);
+        base = NULL;
+    } else if (s == EM_OK) {
+        s = em_sub(base, den, newp);
+    }
     em_tensor_release(den);
     em_tensor_release(base);
     return s;

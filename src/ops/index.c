@@ -87,9 +87,11 @@ em_status em_gather(const em_tensor *x, int dim, const em_tensor *index, em_tens
 /* em_scatter_add: a copy of x with src[...] added at x[... index[...] at dim ...]
  * (torch.scatter_add). index.size(k) <= src.size(k) for all k and <= x.size(k) for k != dim;
  * numeric dtypes. */
-em_status em_scatter_add(const em_tensor *x, int dim, const em_tensor *index,
-                         const em_tensor *src, em_tensor **out) {
-    static const char fn[] = "em_scatter_add";
+/* fresh: x is a tensor of zeros that the caller made for this call and owns alone (the
+ * backward rules' scatter_grad): the kernel adds into it instead of into a copy. */
+static em_status scatter_add_impl(const char *fn, const em_tensor *x, int dim,
+                                  const em_tensor *index, const em_tensor *src, bool fresh,
+                                  em_tensor **out) {
     EMI_TRY(emi_check_tensor(fn, "x", x));
     EMI_TRY(emi_check_tensor(fn, "index", index));
     EMI_TRY(emi_check_tensor(fn, "src", src));
@@ -115,10 +117,16 @@ em_status em_scatter_add(const em_tensor *x, int dim, const em_tensor *index,
     EMI_TRY(emi_ad_begin(fn, ins, 3, &ad));
     em_tensor *res = NULL, *alias = NULL;
     const em_tensor *xs = NULL;
-    EMI_TRY(lay_ad_inner(x, &xs, &alias));
-    em_status s = em_clone(xs, &res);
-    em_tensor_release(alias);
-    if (s != EM_OK) return s;
+    em_status s;
+    if (fresh) {
+        em_tensor_retain((em_tensor *)x);
+        res = (em_tensor *)x;
+    } else {
+        EMI_TRY(lay_ad_inner(x, &xs, &alias));
+        s = em_clone(xs, &res);
+        em_tensor_release(alias);
+        if (s != EM_OK) return s;
+    }
     if (emi_numel(index->v.shape, index->v.rank) == 0)
         return lay_ad_finish(&ad, &emi_rule_scatter_add, ins, 3, res, &d, sizeof d, out);
     em_view iv, sv, ov = res->v;
@@ -140,6 +148,26 @@ em_status em_scatter_add(const em_tensor *x, int dim, const em_tensor *index,
         return s;
     }
     return lay_ad_finish(&ad, &emi_rule_scatter_add, ins, 3, res, &d, sizeof d, out);
+}
+
+em_status em_scatter_add(const em_tensor *x, int dim, const em_tensor *index,
+                         const em_tensor *src, em_tensor **out) {
+    return scatter_add_impl("em_scatter_add", x, dim, index, src, false, out);
+}
+
+em_status emi_scatter_add_zeros(const int64_t *shape, int rank, int dim, const em_tensor *index,
+                                const em_tensor *src, em_tensor **out) {
+    static const char fn[] = "emi_scatter_add_zeros";
+    EMI_TRY(emi_check_tensor(fn, "index", index));
+    EMI_TRY(emi_check_tensor(fn, "src", src));
+    EMI_TRY(emi_check_out(fn, out));
+    if (emi_ad_tracked(index) || emi_ad_tracked(src))
+        return emi_fail(EM_ERR_UNSUPPORTED, "%s: tracked inputs (no second derivatives)", fn);
+    em_tensor *z = NULL;
+    EMI_TRY(em_zeros(shape, rank, src->dtype, em_tensor_device(src), &z));
+    em_status s = scatter_add_impl(fn, z, dim, index, src, true, out);
+    em_tensor_release(z);
+    return s;
 }
 
 /* em_index_select: the entries of x at the positions of a 1-d (or 0-d) index along dim; the

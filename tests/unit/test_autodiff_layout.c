@@ -385,6 +385,34 @@ static em_status f_split_mid(em_tensor *const *in, const em_tensor *idx, em_tens
     return EM_OK;
 }
 
+/* pieces of two splits of x along the last dim that overlap (sizes 2 and 3), one along dim 0,
+ * and x itself: the engine's cat of a split's pieces falls back to one slice_assign each */
+static em_status f_split_mixed(em_tensor *const *in, const em_tensor *idx, em_tensor **outs,
+                               int *nout) {
+    (void)idx;
+    em_tensor *a[MAX_OUT] = {NULL}, *b[MAX_OUT] = {NULL}, *c[MAX_OUT] = {NULL};
+    size_t na = 0, nb = 0, nc = 0;
+    *nout = 0;
+    em_status s = em_split(in[0], 2, -1, a, MAX_OUT, &na);
+    if (s == EM_OK) s = em_split(in[0], 3, -1, b, MAX_OUT, &nb);
+    if (s == EM_OK) s = em_split(in[0], 1, 0, c, MAX_OUT, &nc);
+    if (s == EM_OK) {
+        outs[(*nout)++] = a[0];
+        outs[(*nout)++] = a[2];
+        outs[(*nout)++] = b[1];
+        outs[(*nout)++] = c[1];
+        a[0] = a[2] = b[1] = c[1] = NULL;
+        em_tensor_retain(in[0]);
+        outs[(*nout)++] = in[0];
+    }
+    for (size_t i = 0; i < MAX_OUT; i++) {
+        em_tensor_release(a[i]);
+        em_tensor_release(b[i]);
+        em_tensor_release(c[i]);
+    }
+    return s;
+}
+
 /* sort with both outputs: values weighted, indices an int result */
 static em_status f_sort_both(em_tensor *const *in, const em_tensor *idx, em_tensor **outs,
                              int *nout) {
@@ -472,6 +500,7 @@ static void test_views(void **state) {
         {"flip 0-d", f_flip_0d, 1, {0}, {S(0)}, false, NOIDX},
         {"split", f_split, 1, {2}, {S(7, 2)}, false, NOIDX},
         {"split, one piece used", f_split_mid, 1, {2}, {S(2, 5)}, false, NOIDX},
+        {"split, overlapping splits and x", f_split_mixed, 1, {2}, {S(3, 6)}, false, NOIDX},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gradcheck(&cases[i]);
 }

@@ -249,6 +249,21 @@ static em_status f_matmul(em_tensor *const *in, const int *a, em_tensor **out) {
     return em_matmul(in[0], in[1], out);
 }
 
+/* means chained as a batch norm's over (0, 2) (keepdim a[1]; without it, dim 2 then 0), then
+ * a whole mean: each inner mean's backward gets the outer one's expanded gradient */
+static em_status f_mean_chain(em_tensor *const *in, const int *a, em_tensor **out) {
+    em_tensor *m0 = NULL, *m1 = NULL, *m2 = NULL;
+    bool k = a[1] != 0;
+    em_status s = em_mean_dim(in[0], k ? 0 : 2, k, &m0);
+    if (s == EM_OK) s = em_mean_dim(m0, k ? 2 : 0, k, &m1);
+    if (s == EM_OK) s = em_exp(m1, &m2); /* a gradient that is not constant along dim 1 */
+    if (s == EM_OK) s = em_mean(m2, out);
+    em_tensor_release(m0);
+    em_tensor_release(m1);
+    em_tensor_release(m2);
+    return s;
+}
+
 typedef struct red_op {
     const char *name;
     op_fn fn;
@@ -286,6 +301,15 @@ static void test_reductions(void **state) {
         gcase v = {RED_OPS[o].name, RED_OPS[o].fn, {0, 0, 0, 1}, 1, {1, 0}, {{7}, {0}},
                    RED_OPS[o].kind};
         gradcheck(&v);
+    }
+}
+
+static void test_mean_chain(void **state) {
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        gcase c = {"mean chain", f_mean_chain, {0, k, 0, 0}, 1, {3, 0}, {{3, 4, 5}, {0}},
+                   D_UNIFORM};
+        gradcheck(&c);
     }
 }
 
@@ -670,6 +694,7 @@ static int reset_mode(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_reductions, reset_mode),
+        cmocka_unit_test_setup(test_mean_chain, reset_mode),
         cmocka_unit_test_setup(test_var, reset_mode),
         cmocka_unit_test_setup(test_along_dim, reset_mode),
         cmocka_unit_test_setup(test_matmul, reset_mode),

@@ -180,6 +180,9 @@ static void run_layer(const char *cname, em_module *m, const int64_t *xs, int xr
         em_tensor *gp = NULL;
         assert_int_equal(em_grads_get(g, em_params_find(ps, pnames[i]), &gp), EM_OK);
         expect_close(gp, ggetf("%s.d%s", cname, pnames[i]), TOL, cname);
+        /* a parameter's gradient is dense (as PyTorch's): the optimizer's ops run on it */
+        if (!em_tensor_is_contiguous(gp))
+            fail_msg("%s: the gradient of %s is not contiguous", cname, pnames[i]);
         em_tensor_release(gp);
     }
     em_grads_release(g);

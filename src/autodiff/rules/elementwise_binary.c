@@ -27,6 +27,18 @@ static em_status put(emi_ad_bw *bw, int i, em_tensor *g) {
     return s;
 }
 
+/* gin[i] = -unbroadcast(g) (g borrowed): negated after the sum over broadcast dims, which is
+ * the same value on fewer elements. */
+static em_status put_neg(emi_ad_bw *bw, int i, const em_tensor *g) {
+    int rank;
+    const int64_t *shape = emi_bw_in_shape(bw, i, &rank);
+    em_tensor *u = NULL;
+    em_status s = emi_ad_unbroadcast(g, shape, rank, &u);
+    if (s == EM_OK) s = em_neg(u, &bw->gin[i]);
+    em_tensor_release(u);
+    return s;
+}
+
 static em_status add_backward(emi_ad_bw *bw) {
     em_status s = EM_OK;
     for (int i = 0; i < 2 && s == EM_OK; i++) {
@@ -43,16 +55,21 @@ static em_status sub_backward(emi_ad_bw *bw) {
         em_tensor_retain(bw->grad);
         s = put(bw, 0, bw->grad);
     }
-    if (s == EM_OK && bw->need[1]) {
-        em_tensor *n;
-        s = em_neg(bw->grad, &n);
-        if (s == EM_OK) s = put(bw, 1, n);
-    }
+    if (s == EM_OK && bw->need[1]) s = put_neg(bw, 1, bw->grad);
     return s;
 }
 
 static em_status mul_backward(emi_ad_bw *bw) {
     em_status s = EM_OK;
+    if (bw->need[0] && bw->need[1] && emi_bw_same_input(bw, 0, 1)) {
+        /* x * x: one product, doubled (exactly what the two equal halves sum to) */
+        em_tensor *x, *g = NULL, *g2 = NULL;
+        s = emi_bw_input(bw, 0, &x);
+        if (s == EM_OK) s = em_mul(bw->grad, x, &g);
+        if (s == EM_OK) s = em_mul_scalar_(g, 2.0, &g2);
+        if (s == EM_OK) s = put(bw, 0, g2);
+        return s;
+    }
     for (int i = 0; i < 2 && s == EM_OK; i++) {
         if (!bw->need[i]) continue;
         em_tensor *other, *g;
@@ -70,18 +87,23 @@ static em_status div_backward(emi_ad_bw *bw) {
     if (s == EM_OK && bw->need[0]) {
         s = em_div(bw->grad, b, &g);
         if (s == EM_OK) s = put(bw, 0, g);
+        g = NULL;
     }
     if (s == EM_OK && bw->need[1]) {
         s = emi_bw_input(bw, 0, &a);
-        if (s == EM_OK) s = em_div(a, b, &t);        /* a/b */
-        if (s == EM_OK) s = em_div(t, b, &u);        /* a/b^2 */
-        if (s == EM_OK) s = em_mul(bw->grad, u, &g); /* g a/b^2 */
+        if (s == EM_OK) s = em_div(a, b, &t); /* a/b */
+        if (s == EM_OK) {
+            s = em_div_(t, b, &u); /* a/b^2, in t's buffer */
+            t = NULL;
+        }
+        if (s == EM_OK) {
+            s = em_mul_(u, bw->grad, &g); /* g a/b^2 */
+            u = NULL;
+        }
+        if (s == EM_OK) s = put_neg(bw, 1, g);
         em_tensor_release(t);
         em_tensor_release(u);
-        t = NULL;
-        if (s == EM_OK) s = em_neg(g, &t);
         em_tensor_release(g);
-        if (s == EM_OK) s = put(bw, 1, t);
     }
     return s;
 }
@@ -215,7 +237,8 @@ static em_status where_backward(emi_ad_bw *bw) {
     for (int i = 0; i < 2 && s == EM_OK; i++) {
         if (!bw->need[i]) continue;
         em_tensor *zero = NULL, *g = NULL;
-        s = em_full_like(bw->grad, 0.0, &zero);
+        /* a 0-d zero, broadcast by where: no full-size tensor of zeros */
+        s = em_full(NULL, 0, 0.0, bw->grad->dtype, em_tensor_device(bw->grad), &zero);
         if (s == EM_OK)
             s = i == 0 ? em_where(cond, bw->grad, zero, &g) : em_where(cond, zero, bw->grad, &g);
         em_tensor_release(zero);

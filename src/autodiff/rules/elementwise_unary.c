@@ -185,26 +185,52 @@ static em_status gauss(const em_tensor *x, bool half, double c, em_tensor **out)
 }
 
 /* gelu(x) = x Phi(x): d = Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2,
- * phi(x) = exp(-x^2/2) / sqrt(2 pi) */
+ * phi(x) = exp(-x^2/2) / sqrt(2 pi); the temporaries are reused in place (consuming ops). */
 static em_status gelu_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
-    em_tensor *x, *t = NULL, *e = NULL, *cdf = NULL, *pdf = NULL, *xp = NULL, *f = NULL;
+    em_tensor *x, *t = NULL, *cdf = NULL, *pdf = NULL, *u = NULL;
     em_status s = emi_bw_input(bw, 0, &x);
     if (s == EM_OK) s = em_mul_scalar(x, 0.70710678118654752440, &t);
-    if (s == EM_OK) s = em_erf(t, &e);
+    if (s == EM_OK) s = em_erf(t, &u);
     em_tensor_release(t);
     t = NULL;
-    if (s == EM_OK) s = em_add_scalar(e, 1.0, &t);
-    if (s == EM_OK) s = em_mul_scalar(t, 0.5, &cdf);
-    if (s == EM_OK) s = gauss(x, true, 0.39894228040143267794, &pdf);
-    if (s == EM_OK) s = em_mul(x, pdf, &xp);
-    if (s == EM_OK) s = em_add(cdf, xp, &f);
+    if (s == EM_OK) {
+        s = em_add_scalar_(u, 1.0, &t);
+        u = NULL;
+    }
+    if (s == EM_OK) {
+        s = em_mul_scalar_(t, 0.5, &cdf);
+        t = NULL;
+    }
+    if (s == EM_OK) s = em_mul(x, x, &t);
+    if (s == EM_OK) {
+        s = em_mul_scalar_(t, -0.5, &u);
+        t = NULL;
+    }
+    if (s == EM_OK) s = em_exp(u, &t);
+    em_tensor_release(u);
+    u = NULL;
+    if (s == EM_OK) {
+        s = em_mul_scalar_(t, 0.39894228040143267794, &pdf);
+        t = NULL;
+    }
+    if (s == EM_OK) {
+        s = em_mul_(pdf, x, &t); /* x phi(x) */
+        pdf = NULL;
+    }
+    if (s == EM_OK) {
+        s = em_add_(cdf, t, &u);
+        cdf = NULL;
+    }
+    if (s == EM_OK) {
+        s = em_mul_(u, bw->grad, &bw->gin[0]); /* grad * d, in d's buffer */
+        u = NULL;
+    }
     em_tensor_release(t);
-    em_tensor_release(e);
+    em_tensor_release(u);
     em_tensor_release(cdf);
     em_tensor_release(pdf);
-    em_tensor_release(xp);
-    return put_mul(bw, s, f);
+    return s;
 }
 
 /* silu(x) = x sigmoid(x): d = sg (1 + x (1 - sg)) */

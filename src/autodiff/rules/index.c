@@ -17,11 +17,7 @@ static em_status inner_index(const em_tensor *idx, em_tensor **out) {
 static em_status scatter_grad(emi_ad_bw *bw, int dim, const em_tensor *index, em_tensor **out) {
     int rank;
     const int64_t *shape = emi_bw_in_shape(bw, 0, &rank);
-    em_tensor *z = NULL;
-    em_status s = em_zeros(shape, rank, bw->grad->dtype, em_tensor_device(bw->grad), &z);
-    if (s == EM_OK) s = em_scatter_add(z, dim, index, bw->grad, out);
-    em_tensor_release(z);
-    return s;
+    return emi_scatter_add_zeros(shape, rank, dim, index, bw->grad, out);
 }
 
 /* ---- gather(x, index), sort values, topk values: inputs (x, index), params int dim ---- */

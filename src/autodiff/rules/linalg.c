@@ -92,9 +92,31 @@ static em_status matmul_backward(emi_ad_bw *bw) {
         if (s != EM_OK) goto done;
     }
     if (bw->need[1]) {
-        L_TRY(em_transpose(a2, -1, -2, &t));
-        if (rb == 2 && em_tensor_rank(g2) == 2 && mm_col_major(b)) {
-            L_TRY(mm_transposed(t, g2, &p)); /* [k, n], b's layout */
+        if (rb == 2 && ra > 2) {
+            /* a 2-d b under a batched a (a Linear layer on [B, T, C]): one product of a and
+             * g with their batch dims merged into rows, so that b gets a dense [k, n]
+             * gradient (in b's layout), not a batched product summed over the batch */
+            const int64_t *as = em_tensor_shape(a2), *gs = em_tensor_shape(g2);
+            int64_t rows = 1;
+            for (int d = 0; d < ra - 1; d++) rows *= as[d];
+            const int64_t af[2] = {rows, as[ra - 1]}, gf[2] = {rows, gs[ra - 1]};
+            em_tensor_release(g1);
+            g1 = NULL;
+            L_TRY(em_reshape(a2, af, 2, &q));
+            L_TRY(em_reshape(g2, gf, 2, &g1));
+            L_TRY(em_transpose(q, -1, -2, &t));
+            em_tensor_release(q);
+            q = NULL;
+        } else {
+            L_TRY(em_transpose(a2, -1, -2, &t));
+            em_tensor_retain(g2);
+            em_tensor_release(g1);
+            g1 = g2;
+        }
+        if (rb == 2 && em_tensor_rank(g1) == 2 && mm_col_major(b)) {
+            L_TRY(mm_transposed(t, g1, &p)); /* [k, n], b's layout */
+        } else if (em_tensor_rank(g1) == 2) {
+            L_TRY(em_matmul(t, g1, &p)); /* [k, n] */
         } else {
             L_TRY(em_matmul(t, g2, &p)); /* [batch..., k, n] */
         }

@@ -15,6 +15,14 @@
         if (s != EM_OK) goto done;                                                           \
     } while (0)
 
+/* The same for a call that consumes `t` (released also on failure): t is NULL after it. */
+#define NN_TRY_C(expr, t)                                                                    \
+    do {                                                                                     \
+        s = (expr);                                                                          \
+        (t) = NULL;                                                                          \
+        if (s != EM_OK) goto done;                                                           \
+    } while (0)
+
 /* t's device without the autodiff wrapping: where untracked backward values belong. */
 static em_device inner_dev(const em_tensor *t) {
     em_device d = em_tensor_device(t);
@@ -213,8 +221,7 @@ static em_status max_pool2d_backward(emi_ad_bw *bw) {
     NN_TRY(em_to_device(idx, inner, &ii));
     NN_TRY(em_reshape(ii, fs, 3, &fi));
     NN_TRY(em_reshape(bw->grad, fs, 3, &fg));
-    NN_TRY(em_zeros(zs, 3, em_tensor_dtype(bw->grad), inner, &z));
-    NN_TRY(em_scatter_add(z, 2, fi, fg, &sc));
+    NN_TRY(emi_scatter_add_zeros(zs, 3, 2, fi, fg, &sc));
     NN_TRY(em_reshape(sc, xs, xr, &bw->gin[0]));
 done:
     em_tensor_release(ii);
@@ -282,9 +289,11 @@ static em_status layer_norm_zero_grads(emi_ad_bw *bw) {
 }
 
 /* With x as [rows, cols], xhat = (x - mean) * rstd and gh = gy * weight (gy without one):
- *   gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)),
+ *   gx = (gh - mean(gh) - xhat * mean(gh * xhat)) * rstd,
  *   gweight = sum over rows of gy * xhat,  gbias = sum over rows of gy,
- * where mean and rstd = 1/sqrt(var + eps) (biased variance) are recomputed from x. */
+ * where mean and rstd = 1/sqrt(var + eps) (biased variance) are recomputed from x. The
+ * full-size temporaries are few and reused in place (the consuming ops): xc becomes xhat,
+ * gy * xhat (made for gweight) becomes gh * xhat, and gh becomes gx. */
 static em_status layer_norm_backward(emi_ad_bw *bw) {
     const emi_rule_layer_norm_params *lp = bw->params;
     int xr, wr;
@@ -297,20 +306,25 @@ static em_status layer_norm_backward(emi_ad_bw *bw) {
     }
     if (rows * cols == 0) return layer_norm_zero_grads(bw);
     const int64_t s2[2] = {rows, cols};
-    em_tensor *x, *w = NULL, *x2 = NULL, *g2 = NULL, *mean = NULL, *xc = NULL, *sq = NULL,
-                 *var = NULL, *ve = NULL, *rstd = NULL, *xhat = NULL, *gh = NULL, *w1 = NULL,
-                 *t = NULL, *u = NULL, *m1 = NULL, *m2 = NULL;
+    em_tensor *x, *w = NULL, *x2 = NULL, *g2 = NULL, *mean = NULL, *xc = NULL, *var = NULL,
+                 *rstd = NULL, *xhat = NULL, *gh = NULL, *w1 = NULL, *t = NULL, *u = NULL,
+                 *m1 = NULL, *m2 = NULL;
     em_status s;
     NN_TRY(emi_bw_input(bw, 0, &x));
     NN_TRY(em_reshape(x, s2, 2, &x2));
     NN_TRY(em_reshape(bw->grad, s2, 2, &g2));
     NN_TRY(em_mean_dim(x2, 1, true, &mean));
     NN_TRY(em_sub(x2, mean, &xc));
-    NN_TRY(em_mul(xc, xc, &sq));
-    NN_TRY(em_mean_dim(sq, 1, true, &var));
-    NN_TRY(em_add_scalar(var, lp->eps, &ve));
-    NN_TRY(em_rsqrt(ve, &rstd));
-    NN_TRY(em_mul(xc, rstd, &xhat));
+    NN_TRY(em_var_dim(x2, 1, 0, true, &var));
+    NN_TRY_C(em_add_scalar_(var, lp->eps, &t), var);
+    NN_TRY(em_rsqrt(t, &rstd));
+    em_tensor_release(t);
+    t = NULL;
+    NN_TRY_C(em_mul_(xc, rstd, &xhat), xc);
+    if (wr >= 0 && bw->need[0]) {
+        NN_TRY(emi_bw_input(bw, 1, &w));
+        NN_TRY(em_reshape(w, &cols, 1, &w1));
+    }
     if (bw->need[2]) {
         NN_TRY(em_sum_dim(g2, 0, false, &t));
         int br;
@@ -324,31 +338,31 @@ static em_status layer_norm_backward(emi_ad_bw *bw) {
         NN_TRY(em_sum_dim(u, 0, false, &t));
         NN_TRY(em_reshape(t, ws, wr, &bw->gin[1]));
         em_tensor_release(t);
-        em_tensor_release(u);
-        t = u = NULL;
+        t = NULL;
     }
     if (bw->need[0]) {
-        if (wr >= 0) {
-            NN_TRY(emi_bw_input(bw, 1, &w));
-            NN_TRY(em_reshape(w, &cols, 1, &w1));
+        if (w1) {
             NN_TRY(em_mul(g2, w1, &gh));
         } else {
             em_tensor_retain(g2);
             gh = g2;
         }
         NN_TRY(em_mean_dim(gh, 1, true, &m1));
-        NN_TRY(em_mul(gh, xhat, &u));
-        NN_TRY(em_mean_dim(u, 1, true, &m2));
-        em_tensor_release(u);
-        u = NULL;
-        NN_TRY(em_mul(xhat, m2, &u)); /* xhat * mean(gh * xhat) */
-        NN_TRY(em_sub(gh, m1, &t));
-        em_tensor_release(m1);
-        m1 = NULL;
-        NN_TRY(em_sub(t, u, &m1));
+        if (u && w1) { /* gy * xhat * weight */
+            NN_TRY_C(em_mul_(u, w1, &t), u);
+        } else if (u) {
+            t = u;
+            u = NULL;
+        } else {
+            NN_TRY(em_mul(gh, xhat, &t));
+        }
+        NN_TRY(em_mean_dim(t, 1, true, &m2));
         em_tensor_release(t);
         t = NULL;
-        NN_TRY(em_mul(m1, rstd, &t));
+        NN_TRY_C(em_mul_(xhat, m2, &u), xhat); /* xhat * mean(gh * xhat) */
+        NN_TRY_C(em_sub_(gh, m1, &t), gh);
+        NN_TRY_C(em_sub_(t, u, &gh), t);
+        NN_TRY_C(em_mul_(gh, rstd, &t), gh);
         NN_TRY(em_reshape(t, xs, xr, &bw->gin[0]));
     }
 done:
@@ -356,9 +370,7 @@ done:
     em_tensor_release(g2);
     em_tensor_release(mean);
     em_tensor_release(xc);
-    em_tensor_release(sq);
     em_tensor_release(var);
-    em_tensor_release(ve);
     em_tensor_release(rstd);
     em_tensor_release(xhat);
     em_tensor_release(gh);

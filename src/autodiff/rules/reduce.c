@@ -86,11 +86,32 @@ static em_status sum_backward(emi_ad_bw *bw) {
     return red_expand(bw, gk);
 }
 
+/* g without its broadcast dims: a view with size 1 at each dim of stride 0 (and size > 1),
+ * which broadcasts back to the same values. A gradient that is itself an expand (the
+ * backward of an earlier mean or sum, e.g. a batch norm's means over (0, 2, 3)) is then
+ * scaled on its own elements, not on the expanded shape. A new reference. */
+static em_status red_compact(const em_tensor *g, em_tensor **out) {
+    em_tensor *cur = (em_tensor *)g;
+    em_tensor_retain(cur);
+    for (int d = 0; d < g->v.rank; d++) {
+        if (g->v.strides[d] != 0 || g->v.shape[d] <= 1) continue;
+        em_tensor *next = NULL;
+        em_status s = em_slice(cur, d, 0, 1, 1, &next);
+        em_tensor_release(cur);
+        if (s != EM_OK) return s;
+        cur = next;
+    }
+    *out = cur;
+    return EM_OK;
+}
+
 /* mean: the gradient / n broadcast back. */
 static em_status mean_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
-    em_tensor *t = NULL, *gk = NULL;
-    em_status s = em_div_scalar(bw->grad, (double)red_count(bw), &t);
+    em_tensor *t = NULL, *gk = NULL, *c = NULL;
+    em_status s = red_compact(bw->grad, &c);
+    if (s == EM_OK) s = em_div_scalar(c, (double)red_count(bw), &t);
+    em_tensor_release(c);
     if (s == EM_OK) s = red_keepdim(red_p(bw), t, &gk);
     em_tensor_release(t);
     if (s == EM_OK) s = red_expand(bw, gk);
@@ -299,8 +320,11 @@ static em_status softmax_backward(emi_ad_bw *bw) {
     R_TRY(emi_bw_output(bw, &y));
     R_TRY(em_mul(bw->grad, y, &gy));
     R_TRY(em_sum_dim(gy, along_dim(bw), true, &sm));
+    em_tensor_release(gy); /* its buffer (warm) is free for t */
+    gy = NULL;
     R_TRY(em_sub(bw->grad, sm, &t));
-    R_TRY(em_mul(y, t, &bw->gin[0]));
+    s = em_mul_(t, y, &bw->gin[0]); /* y * t, in t's buffer */
+    t = NULL;
 done:
     em_tensor_release(gy);
     em_tensor_release(sm);
@@ -325,7 +349,9 @@ static em_status log_softmax_backward(emi_ad_bw *bw) {
     R_TRY(emi_bw_output(bw, &y));
     R_TRY(em_exp(y, &e));
     R_TRY(em_sum_dim(bw->grad, along_dim(bw), true, &sm));
-    R_TRY(em_mul(e, sm, &t));
+    s = em_mul_(e, sm, &t); /* in e's buffer */
+    e = NULL;
+    if (s != EM_OK) goto done;
     R_TRY(em_sub(bw->grad, t, &bw->gin[0]));
 done:
     em_tensor_release(e);

@@ -95,6 +95,12 @@ em_status emi_avg_pool2d_backward(const em_tensor *gy, const int64_t xshape[4],
 em_status emi_adaptive_avg_pool2d_backward(const em_tensor *gy, const int64_t xshape[4],
                                            em_tensor **out);
 
+/** zeros of `shape` (src's dtype and device) with src added at index along dim: what
+ *  em_scatter_add makes of fresh zeros, without copying them (src/ops/index.c; the checks of
+ *  em_scatter_add, untracked inputs only). */
+em_status emi_scatter_add_zeros(const int64_t *shape, int rank, int dim, const em_tensor *index,
+                                const em_tensor *src, em_tensor **out);
+
 /* ==== end neural and random ==== */
 
 /* ==== layout and indexing (adlay): rules in layout.c and index.c ==== */
