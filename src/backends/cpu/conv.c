@@ -778,21 +778,21 @@ static void gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m,
 
 /* out_g [Og, nb*OHW] = w_g [Og, K] @ col [K, nb*OHW] (+ bias), one GEMM per chunk and group;
  * a chunk of one image writes out in place. */
-static em_status conv_gemm(const geom *q, em_dtype dt, const void *x, const void *w,
-                           const void *bias, void *out) {
+static bool conv_gemm_images(const geom *q, em_dtype dt, const void *x, const void *w,
+                             const void *bias, void *out, int64_t n_lo, int64_t n_hi) {
     const size_t elem = em_dtype_size(dt);
     const int64_t K = q->Cg * q->KH * q->KW, OHW = q->OH * q->OW;
     const bool pw = is_pointwise(q);
-    const int64_t nb = chunk_of(q->N, OHW, (size_t)(K + q->Og) * elem, CHUNK_COLS);
+    const int64_t nb = chunk_of(n_hi - n_lo, OHW, (size_t)(K + q->Og) * elem, CHUNK_COLS);
     void *col = pw && nb == 1 ? NULL : cpu_scratch((size_t)(K * nb * OHW) * elem);
     void *tmp = nb > 1 ? cpu_scratch((size_t)(q->Og * nb * OHW) * elem) : NULL;
     if ((!col && !(pw && nb == 1)) || (!tmp && nb > 1)) {
         if (col) cpu_scratch_free(col);
         if (tmp) cpu_scratch_free(tmp);
-        return oom();
+        return false;
     }
-    for (int64_t n0 = 0; n0 < q->N; n0 += nb) {
-        const int64_t m = q->N - n0 < nb ? q->N - n0 : nb, cols = m * OHW;
+    for (int64_t n0 = n_lo; n0 < n_hi; n0 += nb) {
+        const int64_t m = n_hi - n0 < nb ? n_hi - n0 : nb, cols = m * OHW;
         for (int64_t g = 0; g < q->G; g++) {
             const void *b;
             if (!col) {
@@ -827,7 +827,38 @@ static em_status conv_gemm(const geom *q, em_dtype dt, const void *x, const void
     }
     if (col) cpu_scratch_free(col);
     if (tmp) cpu_scratch_free(tmp);
-    return EM_OK;
+    return true;
+}
+
+/* The batch split over the pool by images, each thread running its images' chunks alone
+ * (the calls to the pool inside run inline): one wake-up a call, and col is read by the thread
+ * that wrote it. Fewer images than two a thread: one range, threaded inside (cpu_gemm). */
+typedef struct images_job {
+    const geom *q;
+    em_dtype dt;
+    const void *x, *w, *bias;
+    void *out;
+    const em_view *vout, *vx, *vw; /* convt_gemm's views */
+    const em_conv_args *a;
+    atomic_bool failed;
+} images_job;
+
+static int64_t images_grain(int64_t N) {
+    const int nt = cpu_threads();
+    return nt > 1 ? (N + nt - 1) / nt : N;
+}
+
+static void conv_images_range(int64_t lo, int64_t hi, void *arg) {
+    images_job *j = arg;
+    if (!conv_gemm_images(j->q, j->dt, j->x, j->w, j->bias, j->out, lo, hi))
+        atomic_store_explicit(&j->failed, true, memory_order_relaxed);
+}
+
+static em_status conv_gemm(const geom *q, em_dtype dt, const void *x, const void *w,
+                           const void *bias, void *out) {
+    images_job j = {.q = q, .dt = dt, .x = x, .w = w, .bias = bias, .out = out};
+    cpu_parallel_for(q->N, images_grain(q->N), conv_images_range, &j);
+    return atomic_load(&j.failed) ? oom() : EM_OK;
 }
 
 /* ---- entry points ---- */
@@ -932,6 +963,53 @@ static em_status conv2d_f(const em_view *out, const em_view *x, const em_view *w
     return s;
 }
 
+/* The weight gradient's slices [lo, hi) of nb images: slice k's gw (all groups) into
+ * part + k*O*K, each group one GEMM (the pool's calls inside run inline when threaded). */
+typedef struct wgrad_job2 {
+    const geom *q;
+    em_dtype dt;
+    const void *x, *gy;
+    void *part;
+    int64_t nb;
+    atomic_bool failed;
+} wgrad_job2;
+
+static void wgrad_slices_range(int64_t lo, int64_t hi, void *arg) {
+    wgrad_job2 *j = arg;
+    const geom *q = j->q;
+    const size_t elem = em_dtype_size(j->dt);
+    const int64_t K = q->Cg * q->KH * q->KW, OHW = q->OH * q->OW, GK = q->O * K;
+    const bool pw = is_pointwise(q);
+    const int64_t nb = j->nb;
+    void *col = pw && nb == 1 ? NULL : cpu_scratch((size_t)(K * nb * OHW) * elem);
+    void *gyr = nb > 1 ? cpu_scratch((size_t)(q->Og * nb * OHW) * elem) : NULL;
+    if ((!col && !(pw && nb == 1)) || (!gyr && nb > 1)) {
+        atomic_store_explicit(&j->failed, true, memory_order_relaxed);
+    } else {
+        for (int64_t k = lo; k < hi; k++) {
+            const int64_t n0 = k * nb, m = q->N - n0 < nb ? q->N - n0 : nb, cols = m * OHW;
+            for (int64_t g = 0; g < q->G; g++) {
+                const void *b;
+                if (!col) {
+                    b = (const char *)j->x + (size_t)((n0 * q->C + g * q->Cg) * q->H * q->W) * elem;
+                } else {
+                    im2col_chunk(q, j->dt, j->x, col, n0, m, g);
+                    b = col;
+                }
+                char *pa = (char *)j->gy + (size_t)((n0 * q->O + g * q->Og) * OHW) * elem;
+                if (m > 1) {
+                    plane_copy(j->dt, pa, q->O, gyr, q->Og, m, OHW, NULL, false);
+                    pa = gyr;
+                }
+                char *c = (char *)j->part + (size_t)(k * GK + g * q->Og * K) * elem;
+                gemm(j->dt, CblasNoTrans, CblasTrans, q->Og, K, cols, pa, cols, b, cols, 0.0, c, K);
+            }
+        }
+    }
+    if (col) cpu_scratch_free(col);
+    if (gyr) cpu_scratch_free(gyr);
+}
+
 static em_status wgrad_f(const em_view *gw, const em_view *x, const em_view *gy,
                          const em_conv_args *a) {
     const em_dtype dt = gw->dtype;
@@ -945,57 +1023,38 @@ static em_status wgrad_f(const em_view *gw, const em_view *x, const em_view *gy,
         release(&in);
         return s;
     }
-    const bool pw = is_pointwise(&q);
-    /* chunks of nb images: gy's planes [Og, nb*OHW] @ col^T [nb*OHW, K] */
-    const int64_t nb =
+    if (s != EM_OK) {
+        release(&in);
+        return s;
+    }
+    /* slices of nb images, each one GEMM a group (gy's planes [Og, nb*OHW] @ col^T): f32
+     * sums at most WGRAD_F32_COLS terms in f32; with threads, a slice or more a thread */
+    int64_t nb =
         chunk_of(q.N, OHW, (size_t)(K + q.Og) * elem, dt == EM_F32 ? WGRAD_F32_COLS : q.N * OHW);
-    const bool chunked = nb < q.N;
-    void *col = NULL, *gyr = NULL, *part = NULL;
-    double *acc = NULL;
-    if (s == EM_OK && !(pw && nb == 1) && !(col = cpu_scratch((size_t)(K * nb * OHW) * elem)))
+    const int64_t ig = images_grain(q.N);
+    if (2 * ig <= q.N && nb > ig) nb = ig;
+    wgrad_job2 j = {.q = &q, .dt = dt, .x = cpu_ptr(&in.v[0]), .gy = cpu_ptr(&in.v[1]), .nb = nb};
+    const int64_t S = (q.N + nb - 1) / nb;
+    if (S == 1) {
+        j.part = cpu_ptr(gw);
+        wgrad_slices_range(0, 1, &j);
+    } else if (!(j.part = cpu_scratch((size_t)(S * GK) * elem))) {
         s = oom();
-    if (s == EM_OK && nb > 1 && !(gyr = cpu_scratch((size_t)(q.Og * nb * OHW) * elem))) s = oom();
-    if (s == EM_OK && dt == EM_F32 && chunked) {
-        /* f32: each chunk's product in f32, the chunks summed in double */
-        part = cpu_scratch((size_t)GK * sizeof(float));
-        acc = cpu_scratch((size_t)GK * sizeof(double));
-        if (!part || !acc) s = oom();
-        else memset(acc, 0, (size_t)GK * sizeof(double));
-    }
-    if (s == EM_OK) {
-        const char *px = cpu_ptr(&in.v[0]);
-        char *pgy = cpu_ptr(&in.v[1]);
-        char *pgw = cpu_ptr(gw);
-        for (int64_t n0 = 0; n0 < q.N; n0 += nb) {
-            const int64_t m = q.N - n0 < nb ? q.N - n0 : nb, cols = m * OHW;
-            for (int64_t g = 0; g < q.G; g++) {
-                const void *b;
-                if (!col) {
-                    b = px + (size_t)((n0 * q.C + g * q.Cg) * q.H * q.W) * elem;
-                } else {
-                    im2col_chunk(&q, dt, px, col, n0, m, g);
-                    b = col;
-                }
-                char *pa = pgy + (size_t)((n0 * q.O + g * q.Og) * OHW) * elem;
-                if (m > 1) {
-                    plane_copy(dt, pa, q.O, gyr, q.Og, m, OHW, NULL, false);
-                    pa = gyr;
-                }
-                char *c = acc ? (char *)part : pgw;
-                c += (size_t)(g * q.Og * K) * elem;
-                gemm(dt, CblasNoTrans, CblasTrans, q.Og, K, cols, pa, cols, b, cols,
-                     acc || n0 == 0 ? 0.0 : 1.0, c, K);
-            }
-            if (acc)
-                for (int64_t i = 0; i < GK; i++) acc[i] += ((const float *)part)[i];
+    } else {
+        cpu_parallel_for(S, 1, wgrad_slices_range, &j);
+        /* the slices summed in double, in order */
+        for (int64_t i = 0; i < GK; i++) {
+            double t = 0;
+            if (dt == EM_F32)
+                for (int64_t k = 0; k < S; k++) t += ((const float *)j.part)[k * GK + i];
+            else
+                for (int64_t k = 0; k < S; k++) t += ((const double *)j.part)[k * GK + i];
+            if (dt == EM_F32) ((float *)cpu_ptr(gw))[i] = (float)t;
+            else ((double *)cpu_ptr(gw))[i] = t;
         }
-        if (acc)
-            for (int64_t i = 0; i < GK; i++) ((float *)pgw)[i] = (float)acc[i];
+        cpu_scratch_free(j.part);
     }
-    if (col) cpu_scratch_free(col);
-    if (gyr) cpu_scratch_free(gyr);
-    if (part) cpu_scratch_free(part);
-    if (acc) cpu_scratch_free(acc);
+    if (s == EM_OK && atomic_load(&j.failed)) s = oom();
     release(&in);
     return s;
 }
@@ -1004,9 +1063,9 @@ static em_status wgrad_f(const em_view *gw, const em_view *x, const em_view *gy,
  * (N, O planes of H x W = out's) and whose output is this op's input (OH x OW = x's). Chunks
  * of nb images: col [Cg*KH*KW, nb*IHW] = w_g^T @ x's planes [Og, nb*IHW], then the scatter-add
  * over (image, output plane). */
-static em_status convt_gemm(const em_view *out, const em_view *x, const void *px,
-                            const void *pw, const void *pb, const em_view *w,
-                            const em_conv_args *a) {
+static bool convt_gemm_images(const em_view *out, const em_view *x, const void *px,
+                              const void *pw, const void *pb, const em_view *w,
+                              const em_conv_args *a, int64_t n_lo, int64_t n_hi) {
     const em_dtype dt = out->dtype;
     const size_t elem = em_dtype_size(dt);
     geom q = {.N = out->shape[0], .C = out->shape[1], .H = out->shape[2], .W = out->shape[3],
@@ -1017,16 +1076,16 @@ static em_status convt_gemm(const em_view *out, const em_view *x, const void *px
     q.Cg = q.C / q.G; /* the transposed conv's output channels per group */
     q.Og = q.O / q.G; /* its input channels per group */
     const int64_t KKo = q.Cg * q.KH * q.KW, IHW = q.OH * q.OW, HW = q.H * q.W;
-    const int64_t nb = chunk_of(q.N, IHW, (size_t)(KKo + q.Og) * elem, CHUNK_COLS);
+    const int64_t nb = chunk_of(n_hi - n_lo, IHW, (size_t)(KKo + q.Og) * elem, CHUNK_COLS);
     void *col = cpu_scratch((size_t)(KKo * nb * IHW) * elem);
     void *xr = nb > 1 ? cpu_scratch((size_t)(q.Og * nb * IHW) * elem) : NULL;
     if (!col || (nb > 1 && !xr)) {
         if (col) cpu_scratch_free(col);
         if (xr) cpu_scratch_free(xr);
-        return oom();
+        return false;
     }
-    for (int64_t n0 = 0; n0 < q.N; n0 += nb) {
-        const int64_t m = q.N - n0 < nb ? q.N - n0 : nb, cols = m * IHW;
+    for (int64_t n0 = n_lo; n0 < n_hi; n0 += nb) {
+        const int64_t m = n_hi - n0 < nb ? n_hi - n0 : nb, cols = m * IHW;
         for (int64_t g = 0; g < q.G; g++) {
             const void *wa = (const char *)pw + (size_t)(g * q.Og * KKo) * elem;
             void *xb = (char *)px + (size_t)((n0 * q.O + g * q.Og) * IHW) * elem;
@@ -1044,7 +1103,23 @@ static em_status convt_gemm(const em_view *out, const em_view *x, const void *px
     }
     cpu_scratch_free(col);
     if (xr) cpu_scratch_free(xr);
-    return EM_OK;
+    return true;
+}
+
+static void convt_images_range(int64_t lo, int64_t hi, void *arg) {
+    images_job *j = arg;
+    if (!convt_gemm_images(j->vout, j->vx, j->x, j->w, j->bias, j->vw, j->a, lo, hi))
+        atomic_store_explicit(&j->failed, true, memory_order_relaxed);
+}
+
+static em_status convt_gemm(const em_view *out, const em_view *x, const void *px,
+                            const void *pw, const void *pb, const em_view *w,
+                            const em_conv_args *a) {
+    images_job j = {.dt = out->dtype, .x = px, .w = pw, .bias = pb, .vout = out, .vx = x,
+                    .vw = w, .a = a};
+    const int64_t N = out->shape[0];
+    cpu_parallel_for(N, images_grain(N), convt_images_range, &j);
+    return atomic_load(&j.failed) ? oom() : EM_OK;
 }
 
 /* A transposed conv with unit strides as the conv2d q of x with the flipped kernel (padding
