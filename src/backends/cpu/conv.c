@@ -15,10 +15,16 @@
  *     of x with the flipped kernel and padding (K-1)*d - p. The file is compiled for the
  *     portable and avx512 levels (isa.h; avx2 runs the portable copy, see kernels.c); the
  *     avx512 copy's kernels pin their loads to registers.
- *   - im2col + GEMM (OpenBLAS, which threads inside the GEMM) per image and group for the
- *     rest: conv2d = w_g @ col(x) (no im2col for 1x1 kernels); conv2d_weight_grad = the sum
- *     over images of gy_g @ col(x)^T (f32 images summed in double); conv_transpose2d =
- *     col2im(w_g^T @ x_g), the scatter-add threaded over output channels.
+ *   - im2col + GEMM (cpu_gemm) for the rest, one GEMM per group and chunk of images (their
+ *     columns side by side, up to 4096 columns and 16 MiB of scratch), the batch split over
+ *     the pool by images (each thread's GEMMs run alone; one image or too few: the GEMM
+ *     threads inside): conv2d = w_g @ col(x) (no im2col for one-image chunks of 1x1 kernels),
+ *     the products copied to [N, O, OH, OW]; conv2d_weight_grad = gy_g @ col(x)^T over slices
+ *     of images (f32: at most 8192 terms a slice in f32, as PyTorch sums them all), the slices
+ *     summed in double in order; conv_transpose2d with unit strides = the conv2d of x with the
+ *     flipped kernel (im2col, no scatter), else col2im(w_g^T @ x_g), the scatter-add threaded
+ *     over (image, output channel). im2col copies a 'same' unit-stride row (output rows as wide
+ *     as x's) as one shifted block.
  * f16 and bf16 run through f32 (operands converted once, the result rounded once), outputs
  * of another layout are computed in scratch and copied (stage.h), empty tensors and zero
  * channel counts give the bias or zeros; integer dtypes go to ref. Like PyTorch's
@@ -843,9 +849,16 @@ typedef struct images_job {
     atomic_bool failed;
 } images_job;
 
-static int64_t images_grain(int64_t N) {
+/* Images a part: about four parts a thread (a thread that starts late finds its share taken
+ * by the others), each of at least 512 columns (below, OpenBLAS's GEMMs lose speed), at most
+ * a thread's share. */
+static int64_t images_grain(int64_t N, int64_t OHW) {
     const int nt = cpu_threads();
-    return nt > 1 ? (N + nt - 1) / nt : N;
+    if (nt == 1) return N;
+    const int64_t share = (N + nt - 1) / nt, quarter = (N + 4 * nt - 1) / (4 * nt);
+    const int64_t least = (512 + OHW - 1) / (OHW > 0 ? OHW : 1);
+    int64_t g = quarter > least ? quarter : least;
+    return g < share ? g : share;
 }
 
 static void conv_images_range(int64_t lo, int64_t hi, void *arg) {
@@ -857,7 +870,7 @@ static void conv_images_range(int64_t lo, int64_t hi, void *arg) {
 static em_status conv_gemm(const geom *q, em_dtype dt, const void *x, const void *w,
                            const void *bias, void *out) {
     images_job j = {.q = q, .dt = dt, .x = x, .w = w, .bias = bias, .out = out};
-    cpu_parallel_for(q->N, images_grain(q->N), conv_images_range, &j);
+    cpu_parallel_for(q->N, images_grain(q->N, q->OH * q->OW), conv_images_range, &j);
     return atomic_load(&j.failed) ? oom() : EM_OK;
 }
 
@@ -1031,7 +1044,7 @@ static em_status wgrad_f(const em_view *gw, const em_view *x, const em_view *gy,
      * sums at most WGRAD_F32_COLS terms in f32; with threads, a slice or more a thread */
     int64_t nb =
         chunk_of(q.N, OHW, (size_t)(K + q.Og) * elem, dt == EM_F32 ? WGRAD_F32_COLS : q.N * OHW);
-    const int64_t ig = images_grain(q.N);
+    const int64_t ig = images_grain(q.N, OHW);
     if (2 * ig <= q.N && nb > ig) nb = ig;
     wgrad_job2 j = {.q = &q, .dt = dt, .x = cpu_ptr(&in.v[0]), .gy = cpu_ptr(&in.v[1]), .nb = nb};
     const int64_t S = (q.N + nb - 1) / nb;
@@ -1118,7 +1131,7 @@ static em_status convt_gemm(const em_view *out, const em_view *x, const void *px
     images_job j = {.dt = out->dtype, .x = px, .w = pw, .bias = pb, .vout = out, .vx = x,
                     .vw = w, .a = a};
     const int64_t N = out->shape[0];
-    cpu_parallel_for(N, images_grain(N), convt_images_range, &j);
+    cpu_parallel_for(N, images_grain(N, x->shape[2] * x->shape[3]), convt_images_range, &j);
     return atomic_load(&j.failed) ? oom() : EM_OK;
 }
 
