@@ -15,10 +15,16 @@
  *     of x with the flipped kernel and padding (K-1)*d - p. The file is compiled for the
  *     portable and avx512 levels (isa.h; avx2 runs the portable copy, see kernels.c); the
  *     avx512 copy's kernels pin their loads to registers.
- *   - im2col + GEMM (OpenBLAS, which threads inside the GEMM) per image and group for the
- *     rest: conv2d = w_g @ col(x) (no im2col for 1x1 kernels); conv2d_weight_grad = the sum
- *     over images of gy_g @ col(x)^T (f32 images summed in double); conv_transpose2d =
- *     col2im(w_g^T @ x_g), the scatter-add threaded over output channels.
+ *   - im2col + GEMM (cpu_gemm) for the rest, one GEMM per group and chunk of images (their
+ *     columns side by side, up to 4096 columns and 16 MiB of scratch), the batch split over
+ *     the pool by images (each thread's GEMMs run alone; one image or too few: the GEMM
+ *     threads inside): conv2d = w_g @ col(x) (no im2col for one-image chunks of 1x1 kernels),
+ *     the products copied to [N, O, OH, OW]; conv2d_weight_grad = gy_g @ col(x)^T over slices
+ *     of images (f32: at most 8192 terms a slice in f32, as PyTorch sums them all), the slices
+ *     summed in double in order; conv_transpose2d with unit strides = the conv2d of x with the
+ *     flipped kernel (im2col, no scatter), else col2im(w_g^T @ x_g), the scatter-add threaded
+ *     over (image, output channel). im2col copies a 'same' unit-stride row (output rows as wide
+ *     as x's) as one shifted block.
  * f16 and bf16 run through f32 (operands converted once, the result rounded once), outputs
  * of another layout are computed in scratch and copied (stage.h), empty tensors and zero
  * channel counts give the bias or zeros; integer dtypes go to ref. Like PyTorch's
@@ -117,13 +123,41 @@ static padded padded_layout(const geom *q, int64_t width) {
 /* ---- typed helpers (im2col, col2im, padding) ---- */
 
 #define TYPED_HELPERS(T, SUF)                                                                      \
-    /* col[k, oy*OW + ox] = x[c, iy, ix] for rows k in [k0, k1) (k = (c*KH + kh)*KW + kw). */      \
-    static void im2col_##SUF(const T *src, T *col, const geom *q, int64_t k0, int64_t k1) {        \
-        const int64_t KK = q->KH * q->KW, OHW = q->OH * q->OW;                                     \
+    /* col[k*ld + oy*OW + ox] = x[c, iy, ix] for rows k in [k0, k1) (k = (c*KH + kh)*KW + kw). */  \
+    static void im2col_##SUF(const T *src, T *col, int64_t ld, const geom *q, int64_t k0,          \
+                             int64_t k1) {                                                         \
+        const int64_t KK = q->KH * q->KW;                                                          \
+        if (q->sx == 1 && q->sy == 1 && q->OW == q->W) {                                           \
+            /* unit strides, rows as wide as x's: a row of col is x's plane shifted by s columns   \
+             * and some rows, one long copy, then the columns that wrapped zeroed */               \
+            const int64_t W = q->W, OHW = q->OH * W;                                               \
+            for (int64_t k = k0; k < k1; k++) {                                                    \
+                const int64_t c = k / KK, kh = (k / q->KW) % q->KH, kw = k % q->KW;                \
+                const int64_t sh = kw * q->dx - q->px, dr = kh * q->dy - q->py; /* iy = oy + dr */ \
+                T *d = col + k * ld;                                                               \
+                const int64_t oy0 = clampi(-dr, 0, q->OH);                                         \
+                int64_t oy1 = clampi(q->H - dr, oy0, q->OH);                                       \
+                if (sh >= W || sh <= -W) oy1 = oy0; /* every column out of x */                    \
+                for (int64_t i = 0; i < oy0 * W; i++) d[i] = 0;                                    \
+                for (int64_t i = oy1 * W; i < OHW; i++) d[i] = 0;                                  \
+                if (oy1 == oy0) continue;                                                          \
+                const T *sp = src + c * q->H * W + (oy0 + dr) * W + sh;                            \
+                T *dp = d + oy0 * W;                                                               \
+                const int64_t L = (oy1 - oy0) * W, j0 = sh < 0 ? -sh : 0, j1 = sh > 0 ? L - sh : L; \
+                for (int64_t j = j0; j < j1; j++) dp[j] = sp[j];                                   \
+                if (sh > 0)                                                                        \
+                    for (int64_t r = 0; r < oy1 - oy0; r++)                                        \
+                        for (int64_t ox = W - sh; ox < W; ox++) dp[r * W + ox] = 0;                \
+                else if (sh < 0)                                                                   \
+                    for (int64_t r = 0; r < oy1 - oy0; r++)                                        \
+                        for (int64_t ox = 0; ox < -sh; ox++) dp[r * W + ox] = 0;                   \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
         for (int64_t k = k0; k < k1; k++) {                                                        \
             const int64_t c = k / KK, kh = (k / q->KW) % q->KH, kw = k % q->KW;                    \
             const T *sc = src + c * q->H * q->W;                                                   \
-            T *d = col + k * OHW;                                                                  \
+            T *d = col + k * ld;                                                                   \
             const int64_t off = q->px - kw * q->dx; /* ix = ox*sx - off */                         \
             const int64_t lo = clampi(ceil_div(off, q->sx), 0, q->OW);                             \
             const int64_t hi = clampi(ceil_div(q->W + off, q->sx), lo, q->OW);                     \
@@ -135,9 +169,9 @@ static padded padded_layout(const geom *q, int64_t width) {
                 }                                                                                  \
                 const T *s = sc + iy * q->W - off;                                                 \
                 for (int64_t ox = 0; ox < lo; ox++) d[ox] = 0;                                     \
-                if (q->sx == 1) {                                                                  \
-                    if (hi > lo) memcpy(d + lo, s + lo, (size_t)(hi - lo) * sizeof(T));            \
-                } else                                                                             \
+                if (q->sx == 1) /* short rows: a loop beats memcpy's call */                       \
+                    for (int64_t ox = lo; ox < hi; ox++) d[ox] = s[ox];                            \
+                else                                                                               \
                     for (int64_t ox = lo; ox < hi; ox++) d[ox] = s[ox * q->sx];                    \
                 for (int64_t ox = hi; ox < q->OW; ox++) d[ox] = 0;                                 \
             }                                                                                      \
@@ -145,17 +179,18 @@ static padded padded_layout(const geom *q, int64_t width) {
     }                                                                                              \
     /* The transposed conv's scatter for output planes [p0, p1) of one image and group: q is       \
      * the transposed conv's geometry seen from its forward conv (x = the transposed conv's        \
-     * output, H x W; col rows (p*KH + kh)*KW + kw over the OH x OW input positions). */           \
-    static void col2im_##SUF(const T *col, T *out, const T *bias, const geom *q, int64_t p0,       \
-                             int64_t p1) {                                                         \
-        const int64_t KK = q->KH * q->KW, OHW = q->OH * q->OW, HW = q->H * q->W;                   \
+     * output, H x W; col rows (p*KH + kh)*KW + kw, ld apart, over the OH x OW input             \
+     * positions). */                                                                              \
+    static void col2im_##SUF(const T *col, int64_t ld, T *out, const T *bias, const geom *q,       \
+                             int64_t p0, int64_t p1) {                                             \
+        const int64_t KK = q->KH * q->KW, HW = q->H * q->W;                                        \
         for (int64_t p = p0; p < p1; p++) {                                                        \
             T *o = out + p * HW;                                                                   \
             const T b = bias ? bias[p] : (T)0;                                                     \
             for (int64_t i = 0; i < HW; i++) o[i] = b;                                             \
             for (int64_t kh = 0; kh < q->KH; kh++)                                                 \
                 for (int64_t kw = 0; kw < q->KW; kw++) {                                           \
-                    const T *cr = col + (p * KK + kh * q->KW + kw) * OHW;                          \
+                    const T *cr = col + (p * KK + kh * q->KW + kw) * ld;                           \
                     const int64_t off = q->px - kw * q->dx;                                        \
                     const int64_t lo = clampi(ceil_div(off, q->sx), 0, q->OW);                     \
                     const int64_t hi = clampi(ceil_div(q->W + off, q->sx), lo, q->OW);             \
@@ -617,38 +652,123 @@ static em_status wgrad_direct(const geom *q, em_dtype dt, const void *x, const v
     return atomic_load(&j.failed) ? oom() : EM_OK;
 }
 
-/* ---- im2col + GEMM ---- */
+/* ---- im2col + GEMM, nb images a GEMM ----
+ * One GEMM per group and batch chunk of nb images rather than one per image: col holds the
+ * chunk's columns side by side ([K, nb*OHW]), and operands or results laid out [N, C, HW]
+ * are copied to and from [C, nb*HW] (plane_copy). The small planes of a ResNet's later layers
+ * (8x8, 16x16) then make a GEMM wide enough for its kernel and the pool, and each call wakes
+ * the pool a few times instead of a few times per image. */
+
+/* Bytes of scratch a chunk may take, and the columns a forward / transposed GEMM wants. */
+#define CHUNK_BYTES (16 << 20)
+#define CHUNK_COLS 4096
+/* f32 weight gradients: at most this many terms summed in f32 inside one GEMM; the chunks'
+ * products are summed in double (ref sums in double; PyTorch sums all N*OH*OW in f32) */
+#define WGRAD_F32_COLS 8192
+
+/* Images per chunk: enough for `cols` GEMM columns, within CHUNK_BYTES of `per_col` bytes a
+ * column, at least 1, at most N. */
+static int64_t chunk_of(int64_t N, int64_t OHW, size_t per_col, int64_t cols) {
+    int64_t by_cols = (cols + OHW - 1) / OHW;
+    int64_t by_mem = (int64_t)(CHUNK_BYTES / (per_col * (size_t)OHW + 1));
+    int64_t nb = by_cols < by_mem ? by_cols : by_mem;
+    return nb < 1 ? 1 : nb > N ? N : nb;
+}
 
 typedef struct cols_job {
     const geom *q;
-    const void *src;
+    const void *src; /* im2col: x at (image n0, group g); col2im: unused */
     void *col;
-    void *out;
+    int64_t ld; /* col's row stride: nb * OHW */
+    void *out;  /* col2im: the output at (image n0, group g) */
     const void *bias;
     em_dtype dt;
 } cols_job;
 
+/* units u = n*K + k: row k of image n (of the chunk) */
 static void im2col_range(int64_t lo, int64_t hi, void *arg) {
     const cols_job *j = arg;
-    if (j->dt == EM_F32) im2col_f32(j->src, j->col, j->q, lo, hi);
-    else im2col_f64(j->src, j->col, j->q, lo, hi);
+    const geom *q = j->q;
+    const int64_t K = q->Cg * q->KH * q->KW, OHW = q->OH * q->OW, img = q->C * q->H * q->W;
+    while (lo < hi) {
+        const int64_t n = lo / K, k0 = lo % K, k1 = k0 + (hi - lo) < K ? k0 + (hi - lo) : K;
+        if (j->dt == EM_F32)
+            im2col_f32((const float *)j->src + n * img, (float *)j->col + n * OHW, j->ld, q, k0,
+                       k1);
+        else
+            im2col_f64((const double *)j->src + n * img, (double *)j->col + n * OHW, j->ld, q,
+                       k0, k1);
+        lo += k1 - k0;
+    }
 }
 
+/* units u = n*Cg + p: output plane p of image n (of the chunk); planes of one image and group
+ * read disjoint col rows and write disjoint planes: no races */
 static void col2im_range(int64_t lo, int64_t hi, void *arg) {
     const cols_job *j = arg;
-    if (j->dt == EM_F32) col2im_f32(j->col, j->out, j->bias, j->q, lo, hi);
-    else col2im_f64(j->col, j->out, j->bias, j->q, lo, hi);
+    const geom *q = j->q;
+    const int64_t OHW = q->OH * q->OW, img = q->C * q->H * q->W;
+    while (lo < hi) {
+        const int64_t n = lo / q->Cg, p0 = lo % q->Cg;
+        const int64_t p1 = p0 + (hi - lo) < q->Cg ? p0 + (hi - lo) : q->Cg;
+        if (j->dt == EM_F32)
+            col2im_f32((const float *)j->col + n * OHW, j->ld, (float *)j->out + n * img,
+                       j->bias, q, p0, p1);
+        else
+            col2im_f64((const double *)j->col + n * OHW, j->ld, (double *)j->out + n * img,
+                       j->bias, q, p0, p1);
+        lo += p1 - p0;
+    }
 }
 
-/* col = im2col of image n, group g (parallel over the K rows). */
-static void im2col_image(const geom *q, em_dtype dt, const void *x, void *col, int64_t n,
-                         int64_t g) {
+/* col [K, nb*OHW] = im2col of images [n0, n0 + nb), group g (parallel over rows) */
+static void im2col_chunk(const geom *q, em_dtype dt, const void *x, void *col, int64_t n0,
+                         int64_t nb, int64_t g) {
     const size_t elem = em_dtype_size(dt);
-    cols_job j = {.q = q, .dt = dt, .col = col};
-    j.src = (const char *)x + (size_t)((n * q->C + g * q->Cg) * q->H * q->W) * elem;
     const int64_t K = q->Cg * q->KH * q->KW, OHW = q->OH * q->OW;
+    cols_job j = {.q = q, .dt = dt, .col = col, .ld = nb * OHW};
+    j.src = (const char *)x + (size_t)((n0 * q->C + g * q->Cg) * q->H * q->W) * elem;
     int64_t grain = (1 << 14) / (OHW > 0 ? OHW : 1);
-    cpu_parallel_for(K, grain < 1 ? 1 : grain, im2col_range, &j);
+    cpu_parallel_for(nb * K, grain < 1 ? 1 : grain, im2col_range, &j);
+}
+
+/* Planes between a tensor t laid out [., ctot, P] (at its first plane) and a matrix m laid out
+ * [rows, nb*P]: gather m[r, n*P + i] = t[n, r, i], or scatter t[n, r, i] = m[r, n*P + i]
+ * (+ bias[r]). */
+typedef struct planes_job {
+    char *t, *m;
+    const void *bias;
+    int64_t ctot, nb, P;
+    size_t elem;
+    em_dtype dt;
+    bool scatter;
+} planes_job;
+
+static void planes_range(int64_t lo, int64_t hi, void *arg) {
+    const planes_job *j = arg;
+    const size_t row = (size_t)j->P * j->elem;
+    for (int64_t u = lo; u < hi; u++) {
+        const int64_t r = u / j->nb, n = u % j->nb;
+        char *t = j->t + (size_t)(n * j->ctot + r) * row, *m = j->m + (size_t)(r * j->nb + n) * row;
+        if (!j->scatter) memcpy(m, t, row);
+        else if (!j->bias) memcpy(t, m, row);
+        else if (j->dt == EM_F32) {
+            const float b = ((const float *)j->bias)[r], *s = (const float *)m;
+            float *d = (float *)t;
+            for (int64_t i = 0; i < j->P; i++) d[i] = s[i] + b;
+        } else {
+            const double b = ((const double *)j->bias)[r], *s = (const double *)m;
+            double *d = (double *)t;
+            for (int64_t i = 0; i < j->P; i++) d[i] = s[i] + b;
+        }
+    }
+}
+
+static void plane_copy(em_dtype dt, void *t, int64_t ctot, void *m, int64_t rows, int64_t nb,
+                       int64_t P, const void *bias, bool scatter) {
+    planes_job j = {t, m, bias, ctot, nb, P, em_dtype_size(dt), dt, scatter};
+    int64_t grain = (1 << 14) / (P > 0 ? P : 1);
+    cpu_parallel_for(rows * nb, grain < 1 ? 1 : grain, planes_range, &j);
 }
 
 /* A 1x1 kernel with unit stride and no padding reads x as it is: no im2col. */
@@ -662,42 +782,96 @@ static void gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m,
     cpu_gemm(dt, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
-static em_status conv_gemm(const geom *q, em_dtype dt, const void *x, const void *w,
-                           const void *bias, void *out) {
+/* out_g [Og, nb*OHW] = w_g [Og, K] @ col [K, nb*OHW] (+ bias), one GEMM per chunk and group;
+ * a chunk of one image writes out in place. */
+static bool conv_gemm_images(const geom *q, em_dtype dt, const void *x, const void *w,
+                             const void *bias, void *out, int64_t n_lo, int64_t n_hi) {
     const size_t elem = em_dtype_size(dt);
     const int64_t K = q->Cg * q->KH * q->KW, OHW = q->OH * q->OW;
     const bool pw = is_pointwise(q);
-    void *col = pw ? NULL : cpu_scratch((size_t)(K * OHW) * elem);
-    if (!pw && !col) return oom();
-    for (int64_t n = 0; n < q->N; n++)
+    const int64_t nb = chunk_of(n_hi - n_lo, OHW, (size_t)(K + q->Og) * elem, CHUNK_COLS);
+    void *col = pw && nb == 1 ? NULL : cpu_scratch((size_t)(K * nb * OHW) * elem);
+    void *tmp = nb > 1 ? cpu_scratch((size_t)(q->Og * nb * OHW) * elem) : NULL;
+    if ((!col && !(pw && nb == 1)) || (!tmp && nb > 1)) {
+        if (col) cpu_scratch_free(col);
+        if (tmp) cpu_scratch_free(tmp);
+        return false;
+    }
+    for (int64_t n0 = n_lo; n0 < n_hi; n0 += nb) {
+        const int64_t m = n_hi - n0 < nb ? n_hi - n0 : nb, cols = m * OHW;
         for (int64_t g = 0; g < q->G; g++) {
             const void *b;
-            if (pw) {
-                b = (const char *)x + (size_t)((n * q->C + g * q->Cg) * q->H * q->W) * elem;
+            if (!col) {
+                b = (const char *)x + (size_t)((n0 * q->C + g * q->Cg) * q->H * q->W) * elem;
             } else {
-                im2col_image(q, dt, x, col, n, g);
+                im2col_chunk(q, dt, x, col, n0, m, g);
                 b = col;
             }
-            char *c = (char *)out + (size_t)((n * q->O + g * q->Og) * OHW) * elem;
-            if (bias) {
+            const void *wg = (const char *)w + (size_t)(g * q->Og * K) * elem;
+            const void *bg = bias ? (const char *)bias + (size_t)(g * q->Og) * elem : NULL;
+            char *c = (char *)out + (size_t)((n0 * q->O + g * q->Og) * OHW) * elem;
+            if (m > 1) {
+                gemm(dt, CblasNoTrans, CblasNoTrans, q->Og, cols, K, wg, K, b, cols, 0.0, tmp,
+                     cols);
+                plane_copy(dt, c, q->O, tmp, q->Og, m, OHW, bg, true);
+                continue;
+            }
+            if (bg) {
                 for (int64_t o = 0; o < q->Og; o++) {
                     if (dt == EM_F32) {
-                        float v = ((const float *)bias)[g * q->Og + o];
-                        float *r = (float *)c + o * OHW;
+                        float v = ((const float *)bg)[o], *r = (float *)c + o * OHW;
                         for (int64_t i = 0; i < OHW; i++) r[i] = v;
                     } else {
-                        double v = ((const double *)bias)[g * q->Og + o];
-                        double *r = (double *)c + o * OHW;
+                        double v = ((const double *)bg)[o], *r = (double *)c + o * OHW;
                         for (int64_t i = 0; i < OHW; i++) r[i] = v;
                     }
                 }
             }
-            gemm(dt, CblasNoTrans, CblasNoTrans, q->Og, OHW, K,
-                 (const char *)w + (size_t)(g * q->Og * K) * elem, K, b, OHW, bias ? 1.0 : 0.0,
-                 c, OHW);
+            gemm(dt, CblasNoTrans, CblasNoTrans, q->Og, OHW, K, wg, K, b, OHW, bg ? 1.0 : 0.0, c,
+                 OHW);
         }
+    }
     if (col) cpu_scratch_free(col);
-    return EM_OK;
+    if (tmp) cpu_scratch_free(tmp);
+    return true;
+}
+
+/* The batch split over the pool by images, each thread running its images' chunks alone
+ * (the calls to the pool inside run inline): one wake-up a call, and col is read by the thread
+ * that wrote it. Fewer images than two a thread: one range, threaded inside (cpu_gemm). */
+typedef struct images_job {
+    const geom *q;
+    em_dtype dt;
+    const void *x, *w, *bias;
+    void *out;
+    const em_view *vout, *vx, *vw; /* convt_gemm's views */
+    const em_conv_args *a;
+    atomic_bool failed;
+} images_job;
+
+/* Images a part: about four parts a thread (a thread that starts late finds its share taken
+ * by the others), each of at least 512 columns (below, OpenBLAS's GEMMs lose speed), at most
+ * a thread's share. */
+static int64_t images_grain(int64_t N, int64_t OHW) {
+    const int nt = cpu_threads();
+    if (nt == 1) return N;
+    const int64_t share = (N + nt - 1) / nt, quarter = (N + 4 * nt - 1) / (4 * nt);
+    const int64_t least = (512 + OHW - 1) / (OHW > 0 ? OHW : 1);
+    int64_t g = quarter > least ? quarter : least;
+    return g < share ? g : share;
+}
+
+static void conv_images_range(int64_t lo, int64_t hi, void *arg) {
+    images_job *j = arg;
+    if (!conv_gemm_images(j->q, j->dt, j->x, j->w, j->bias, j->out, lo, hi))
+        atomic_store_explicit(&j->failed, true, memory_order_relaxed);
+}
+
+static em_status conv_gemm(const geom *q, em_dtype dt, const void *x, const void *w,
+                           const void *bias, void *out) {
+    images_job j = {.q = q, .dt = dt, .x = x, .w = w, .bias = bias, .out = out};
+    cpu_parallel_for(q->N, images_grain(q->N, q->OH * q->OW), conv_images_range, &j);
+    return atomic_load(&j.failed) ? oom() : EM_OK;
 }
 
 /* ---- entry points ---- */
@@ -802,6 +976,53 @@ static em_status conv2d_f(const em_view *out, const em_view *x, const em_view *w
     return s;
 }
 
+/* The weight gradient's slices [lo, hi) of nb images: slice k's gw (all groups) into
+ * part + k*O*K, each group one GEMM (the pool's calls inside run inline when threaded). */
+typedef struct wgrad_job2 {
+    const geom *q;
+    em_dtype dt;
+    const void *x, *gy;
+    void *part;
+    int64_t nb;
+    atomic_bool failed;
+} wgrad_job2;
+
+static void wgrad_slices_range(int64_t lo, int64_t hi, void *arg) {
+    wgrad_job2 *j = arg;
+    const geom *q = j->q;
+    const size_t elem = em_dtype_size(j->dt);
+    const int64_t K = q->Cg * q->KH * q->KW, OHW = q->OH * q->OW, GK = q->O * K;
+    const bool pw = is_pointwise(q);
+    const int64_t nb = j->nb;
+    void *col = pw && nb == 1 ? NULL : cpu_scratch((size_t)(K * nb * OHW) * elem);
+    void *gyr = nb > 1 ? cpu_scratch((size_t)(q->Og * nb * OHW) * elem) : NULL;
+    if ((!col && !(pw && nb == 1)) || (!gyr && nb > 1)) {
+        atomic_store_explicit(&j->failed, true, memory_order_relaxed);
+    } else {
+        for (int64_t k = lo; k < hi; k++) {
+            const int64_t n0 = k * nb, m = q->N - n0 < nb ? q->N - n0 : nb, cols = m * OHW;
+            for (int64_t g = 0; g < q->G; g++) {
+                const void *b;
+                if (!col) {
+                    b = (const char *)j->x + (size_t)((n0 * q->C + g * q->Cg) * q->H * q->W) * elem;
+                } else {
+                    im2col_chunk(q, j->dt, j->x, col, n0, m, g);
+                    b = col;
+                }
+                char *pa = (char *)j->gy + (size_t)((n0 * q->O + g * q->Og) * OHW) * elem;
+                if (m > 1) {
+                    plane_copy(j->dt, pa, q->O, gyr, q->Og, m, OHW, NULL, false);
+                    pa = gyr;
+                }
+                char *c = (char *)j->part + (size_t)(k * GK + g * q->Og * K) * elem;
+                gemm(j->dt, CblasNoTrans, CblasTrans, q->Og, K, cols, pa, cols, b, cols, 0.0, c, K);
+            }
+        }
+    }
+    if (col) cpu_scratch_free(col);
+    if (gyr) cpu_scratch_free(gyr);
+}
+
 static em_status wgrad_f(const em_view *gw, const em_view *x, const em_view *gy,
                          const em_conv_args *a) {
     const em_dtype dt = gw->dtype;
@@ -815,53 +1036,49 @@ static em_status wgrad_f(const em_view *gw, const em_view *x, const em_view *gy,
         release(&in);
         return s;
     }
-    const bool pw = is_pointwise(&q);
-    void *col = NULL, *part = NULL;
-    double *acc = NULL;
-    if (s == EM_OK && !pw && !(col = cpu_scratch((size_t)(K * OHW) * elem))) s = oom();
-    if (s == EM_OK && dt == EM_F32 && q.N > 1) {
-        /* f32: each image's product in f32, the batch summed in double */
-        part = cpu_scratch((size_t)GK * sizeof(float));
-        acc = cpu_scratch((size_t)GK * sizeof(double));
-        if (!part || !acc) s = oom();
-        else memset(acc, 0, (size_t)GK * sizeof(double));
+    if (s != EM_OK) {
+        release(&in);
+        return s;
     }
-    if (s == EM_OK) {
-        const char *px = cpu_ptr(&in.v[0]), *pgy = cpu_ptr(&in.v[1]);
-        char *pgw = cpu_ptr(gw);
-        for (int64_t n = 0; n < q.N; n++) {
-            for (int64_t g = 0; g < q.G; g++) {
-                const void *b;
-                if (pw) {
-                    b = px + (size_t)((n * q.C + g * q.Cg) * q.H * q.W) * elem;
-                } else {
-                    im2col_image(&q, dt, px, col, n, g);
-                    b = col;
-                }
-                const void *pa = pgy + (size_t)((n * q.O + g * q.Og) * OHW) * elem;
-                char *c = acc ? (char *)part : pgw;
-                c += (size_t)(g * q.Og * K) * elem;
-                gemm(dt, CblasNoTrans, CblasTrans, q.Og, K, OHW, pa, OHW, b, OHW,
-                     acc || n == 0 ? 0.0 : 1.0, c, K);
-            }
-            if (acc)
-                for (int64_t i = 0; i < GK; i++) acc[i] += ((const float *)part)[i];
+    /* slices of nb images, each one GEMM a group (gy's planes [Og, nb*OHW] @ col^T): f32
+     * sums at most WGRAD_F32_COLS terms in f32; with threads, a slice or more a thread */
+    int64_t nb =
+        chunk_of(q.N, OHW, (size_t)(K + q.Og) * elem, dt == EM_F32 ? WGRAD_F32_COLS : q.N * OHW);
+    const int64_t ig = images_grain(q.N, OHW);
+    if (2 * ig <= q.N && nb > ig) nb = ig;
+    wgrad_job2 j = {.q = &q, .dt = dt, .x = cpu_ptr(&in.v[0]), .gy = cpu_ptr(&in.v[1]), .nb = nb};
+    const int64_t S = (q.N + nb - 1) / nb;
+    if (S == 1) {
+        j.part = cpu_ptr(gw);
+        wgrad_slices_range(0, 1, &j);
+    } else if (!(j.part = cpu_scratch((size_t)(S * GK) * elem))) {
+        s = oom();
+    } else {
+        cpu_parallel_for(S, 1, wgrad_slices_range, &j);
+        /* the slices summed in double, in order */
+        for (int64_t i = 0; i < GK; i++) {
+            double t = 0;
+            if (dt == EM_F32)
+                for (int64_t k = 0; k < S; k++) t += ((const float *)j.part)[k * GK + i];
+            else
+                for (int64_t k = 0; k < S; k++) t += ((const double *)j.part)[k * GK + i];
+            if (dt == EM_F32) ((float *)cpu_ptr(gw))[i] = (float)t;
+            else ((double *)cpu_ptr(gw))[i] = t;
         }
-        if (acc)
-            for (int64_t i = 0; i < GK; i++) ((float *)pgw)[i] = (float)acc[i];
+        cpu_scratch_free(j.part);
     }
-    if (col) cpu_scratch_free(col);
-    if (part) cpu_scratch_free(part);
-    if (acc) cpu_scratch_free(acc);
+    if (s == EM_OK && atomic_load(&j.failed)) s = oom();
     release(&in);
     return s;
 }
 
 /* conv_transpose2d by GEMM + col2im: q is the forward conv whose input is this op's output
- * (N, O planes of H x W = out's) and whose output is this op's input (OH x OW = x's). */
-static em_status convt_gemm(const em_view *out, const em_view *x, const void *px,
-                            const void *pw, const void *pb, const em_view *w,
-                            const em_conv_args *a) {
+ * (N, O planes of H x W = out's) and whose output is this op's input (OH x OW = x's). Chunks
+ * of nb images: col [Cg*KH*KW, nb*IHW] = w_g^T @ x's planes [Og, nb*IHW], then the scatter-add
+ * over (image, output plane). */
+static bool convt_gemm_images(const em_view *out, const em_view *x, const void *px,
+                              const void *pw, const void *pb, const em_view *w,
+                              const em_conv_args *a, int64_t n_lo, int64_t n_hi) {
     const em_dtype dt = out->dtype;
     const size_t elem = em_dtype_size(dt);
     geom q = {.N = out->shape[0], .C = out->shape[1], .H = out->shape[2], .W = out->shape[3],
@@ -872,22 +1089,75 @@ static em_status convt_gemm(const em_view *out, const em_view *x, const void *px
     q.Cg = q.C / q.G; /* the transposed conv's output channels per group */
     q.Og = q.O / q.G; /* its input channels per group */
     const int64_t KKo = q.Cg * q.KH * q.KW, IHW = q.OH * q.OW, HW = q.H * q.W;
-    void *col = cpu_scratch((size_t)(KKo * IHW) * elem);
-    if (!col) return oom();
-    for (int64_t n = 0; n < q.N; n++)
+    const int64_t nb = chunk_of(n_hi - n_lo, IHW, (size_t)(KKo + q.Og) * elem, CHUNK_COLS);
+    void *col = cpu_scratch((size_t)(KKo * nb * IHW) * elem);
+    void *xr = nb > 1 ? cpu_scratch((size_t)(q.Og * nb * IHW) * elem) : NULL;
+    if (!col || (nb > 1 && !xr)) {
+        if (col) cpu_scratch_free(col);
+        if (xr) cpu_scratch_free(xr);
+        return false;
+    }
+    for (int64_t n0 = n_lo; n0 < n_hi; n0 += nb) {
+        const int64_t m = n_hi - n0 < nb ? n_hi - n0 : nb, cols = m * IHW;
         for (int64_t g = 0; g < q.G; g++) {
-            /* col [Cg*KH*KW, IHW] = w_g^T @ x_g, w_g = [Og (in), Cg*KH*KW] */
             const void *wa = (const char *)pw + (size_t)(g * q.Og * KKo) * elem;
-            const void *xb = (const char *)px + (size_t)((n * q.O + g * q.Og) * IHW) * elem;
-            gemm(dt, CblasTrans, CblasNoTrans, KKo, IHW, q.Og, wa, KKo, xb, IHW, 0.0, col, IHW);
-            cols_job j = {.q = &q, .dt = dt, .col = col};
-            j.out = (char *)cpu_ptr(out) + (size_t)((n * q.C + g * q.Cg) * HW) * elem;
+            void *xb = (char *)px + (size_t)((n0 * q.O + g * q.Og) * IHW) * elem;
+            if (m > 1) {
+                plane_copy(dt, xb, q.O, xr, q.Og, m, IHW, NULL, false);
+                xb = xr;
+            }
+            gemm(dt, CblasTrans, CblasNoTrans, KKo, cols, q.Og, wa, KKo, xb, cols, 0.0, col, cols);
+            cols_job j = {.q = &q, .dt = dt, .col = col, .ld = cols};
+            j.out = (char *)cpu_ptr(out) + (size_t)((n0 * q.C + g * q.Cg) * HW) * elem;
             j.bias = pb ? (const char *)pb + (size_t)(g * q.Cg) * elem : NULL;
             int64_t grain = (1 << 14) / (HW * q.KH * q.KW > 0 ? HW * q.KH * q.KW : 1);
-            cpu_parallel_for(q.Cg, grain < 1 ? 1 : grain, col2im_range, &j);
+            cpu_parallel_for(m * q.Cg, grain < 1 ? 1 : grain, col2im_range, &j);
         }
+    }
     cpu_scratch_free(col);
-    return EM_OK;
+    if (xr) cpu_scratch_free(xr);
+    return true;
+}
+
+static void convt_images_range(int64_t lo, int64_t hi, void *arg) {
+    images_job *j = arg;
+    if (!convt_gemm_images(j->vout, j->vx, j->x, j->w, j->bias, j->vw, j->a, lo, hi))
+        atomic_store_explicit(&j->failed, true, memory_order_relaxed);
+}
+
+static em_status convt_gemm(const em_view *out, const em_view *x, const void *px,
+                            const void *pw, const void *pb, const em_view *w,
+                            const em_conv_args *a) {
+    images_job j = {.dt = out->dtype, .x = px, .w = pw, .bias = pb, .vout = out, .vx = x,
+                    .vw = w, .a = a};
+    const int64_t N = out->shape[0];
+    cpu_parallel_for(N, images_grain(N, x->shape[2] * x->shape[3]), convt_images_range, &j);
+    return atomic_load(&j.failed) ? oom() : EM_OK;
+}
+
+/* A transposed conv with unit strides as the conv2d q of x with the flipped kernel (padding
+ * (K-1)*d - p): im2col + GEMM, no col2im's scatter-add. The weights w [C (in), Og, KH, KW] in
+ * G groups become wf [O, Cg, KH, KW]: wf[g*Og + o, c, kh, kw] = w[g*Cg + c, o, KH-1-kh, KW-1-kw]. */
+static em_status convt_as_conv(const geom *q, em_dtype dt, const void *x, const void *w,
+                               const void *bias, void *out) {
+    const int64_t KK = q->KH * q->KW, n = q->O * q->Cg * KK;
+    void *wf = cpu_scratch((size_t)n * em_dtype_size(dt));
+    if (!wf) return oom();
+    for (int64_t g = 0; g < q->G; g++)
+        for (int64_t o = 0; o < q->Og; o++)
+            for (int64_t c = 0; c < q->Cg; c++) {
+                const int64_t dst = ((g * q->Og + o) * q->Cg + c) * KK;
+                const int64_t src = ((g * q->Cg + c) * q->Og + o) * KK + KK - 1;
+                if (dt == EM_F32)
+                    for (int64_t t = 0; t < KK; t++)
+                        ((float *)wf)[dst + t] = ((const float *)w)[src - t];
+                else
+                    for (int64_t t = 0; t < KK; t++)
+                        ((double *)wf)[dst + t] = ((const double *)w)[src - t];
+            }
+    em_status s = conv_gemm(q, dt, x, wf, bias, out);
+    cpu_scratch_free(wf);
+    return s;
 }
 
 static em_status convt_f(const em_view *out, const em_view *x, const em_view *w,
@@ -906,8 +1176,11 @@ static em_status convt_f(const em_view *out, const em_view *x, const em_view *w,
         q.Og = q.O / q.G;
         q.py = (q.KH - 1) * q.dy - a->padding[0];
         q.px = (q.KW - 1) * q.dx - a->padding[1];
-        if (a->stride[0] == 1 && a->stride[1] == 1 && use_direct(&q, out->dtype))
+        const bool unit = a->stride[0] == 1 && a->stride[1] == 1;
+        if (unit && use_direct(&q, out->dtype))
             s = conv_direct(&q, out->dtype, px, pw, pb, cpu_ptr(out), 1);
+        else if (unit)
+            s = convt_as_conv(&q, out->dtype, px, pw, pb, cpu_ptr(out));
         else
             s = convt_gemm(out, x, px, pw, pb, w, a);
     }
