@@ -140,17 +140,6 @@ bool CPU_K(cpu_compare)(em_binary_op op, const em_view *out, const em_view *a,
     return true;
 }
 
-bool CPU_K(cpu_compare_scalar)(em_binary_op op, const em_view *out, const em_view *a,
-                               double s) {
-    _Alignas(8) unsigned char elem[8] = {0};
-    em_view b = *a;
-    b.buf = elem;
-    b.offset = 0;
-    for (int d = 0; d < b.rank; d++) b.strides[d] = 0;
-    cpu_st_f64(elem, a->dtype, s);
-    return CPU_K(cpu_compare)(op, out, a, &b);
-}
-
 /* ---- where ---- */
 
 /* p/s: out, cond (bool bytes), a, b; elements of type U copied bit for bit. */

@@ -205,11 +205,10 @@ void CPU_K(cpu_gemm_kernel)(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n,
 #define CPU_GEMM_NV 2
 /* kernels.c: this copy's table */
 extern const cpu_kernels CPU_K(cpu_kernels);
-/* compare.c: dense f32/f64 comparisons (false: not handled, the caller falls back) */
+/* compare.c: comparisons of any layout and dtype (a scalar is a stride-0 view; false: not
+ * handled, the caller falls back) */
 bool CPU_K(cpu_compare)(em_binary_op op, const em_view *out, const em_view *a,
                         const em_view *b);
-bool CPU_K(cpu_compare_scalar)(em_binary_op op, const em_view *out, const em_view *a,
-                               double s);
 #endif
 
 #endif /* EMBER_CPU_H */
