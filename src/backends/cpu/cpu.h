@@ -2,13 +2,13 @@
  * cpu.h — private interface of the optimized CPU backend.
  *
  * Buffers are host memory, so views follow the ref conventions (view.buf is the data
- * pointer, strides and offsets in elements) and every kernel slot this backend leaves NULL is
- * served by the ref kernel (see em_backend_get). What is here is what is worth making fast:
- * a caching allocator, a thread pool, matmul through OpenBLAS, vectorized elementwise ops,
- * reductions, softmax, convolution by im2col + GEMM, pooling and layer_norm.
- *
- * Kernels accept any strided inputs. Their fast paths need contiguous (or, for binary ops,
- * broadcast) layouts; other layouts are first copied into a contiguous scratch buffer.
+ * pointer, strides and offsets in elements), and a kernel may hand a case it has no loop for
+ * to the ref kernel: always through CPU_FALLBACK, so that the case is a row of fallback.c's
+ * table and is counted (fallback.h); the backend fills every slot. What is here: a caching
+ * allocator, a thread pool, GEMM through OpenBLAS or ember's own (gemm.c), vectorized math
+ * (vmath.h), elementwise ops, copies, comparisons and where over any layout (iter.h),
+ * reductions, softmax, cumsum, indexing, convolution, pooling and layer_norm, f16/bf16
+ * through f32 blocks (half.h).
  */
 #ifndef EMBER_CPU_H
 #define EMBER_CPU_H
