@@ -41,6 +41,10 @@ tune_malloc()
 
 import torch  # noqa: E402  (after mallopt, so that torch's own allocations follow it)
 from torch.utils.checkpoint import checkpoint_sequential  # noqa: E402
+import os
+import sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ember_ctypes  # noqa: E402  (bench/ember_ctypes.py)
 
 
 def status_kib(field):
@@ -115,7 +119,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     segments = a.segments or max(1, a.layers // 2)
-    torch.set_num_threads(a.threads)
+    ember_ctypes.torch_threads(torch, a.threads)
     start = time.perf_counter()
     model = make_model(a.layers, a.width, a.act)
     gen = torch.Generator().manual_seed(2)

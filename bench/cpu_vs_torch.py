@@ -100,7 +100,7 @@ def main():
     if args.clock == "cpu":
         ember_ctypes.CLOCK = time.process_time
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
-    torch.set_num_threads(args.threads)
+    ember_ctypes.torch_threads(torch, args.threads)
     em = Ember(load_ember(args.build))
     lib = em.lib
     torch.manual_seed(0)

@@ -15,6 +15,31 @@ I64P = ctypes.POINTER(ctypes.c_int64)
 EM_F32, EM_I64, EM_BOOL = 0, 4, 9  # em_dtype (include/ember/ember.h)
 
 
+
+def torch_threads(torch, n):
+    """torch.set_num_threads(n), and the same count for the OpenBLAS that torch calls for its
+    matmuls: torch.set_num_threads does not reach it, and OpenBLAS left alone runs one thread
+    a core (with set_num_threads(1), torch's mm used both cores of a 2-core machine). Every
+    OpenBLAS mapped into the process is set through openblas_set_num_threads; returns the
+    counts they report."""
+    torch.set_num_threads(n)
+    counts = []
+    seen = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            name = os.path.basename(path)
+            if path in seen or not (name.startswith("libopenblas") or name.startswith("libblas")):
+                continue
+            seen.add(path)
+            try:
+                blas = ctypes.CDLL(path)
+                blas.openblas_set_num_threads(ctypes.c_int(n))
+                counts.append(blas.openblas_get_num_threads())
+            except (OSError, AttributeError):
+                pass
+    return counts
+
 class Device(ctypes.Structure):
     _fields_ = [("backend", ctypes.c_int), ("index", ctypes.c_int), ("autodiff", ctypes.c_bool),
                 ("checkpointing", ctypes.c_int)]

@@ -14,7 +14,8 @@ on the plain device, without autodiff).
 For each BLAS setting (`detected`: OPENBLAS_CORETYPE as the environment has it; `pinned`: set to
 the CPU's real type, Zen / Haswell / SkylakeX / Cooperlake) and each thread count, one PyTorch
 worker process is started with that environment (OpenBLAS reads the variable when it loads, so
-it cannot be changed inside a process) and `torch.set_num_threads(t)`; then, for --rounds
+it cannot be changed inside a process) with t threads for torch and its OpenBLAS
+(`ember_ctypes.torch_threads`: `torch.set_num_threads` alone leaves OpenBLAS a thread a core); then, for --rounds
 rounds, each model runs once in `ember-models` (a child with EMBER_NUM_THREADS=t and the same
 OPENBLAS_CORETYPE) and once in the worker, alternating which goes first. Each run times --steps
 steps after --warmup, and reports the median; the table shows the median over rounds and the
@@ -33,6 +34,8 @@ import statistics
 import subprocess
 import sys
 import time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ember_ctypes  # noqa: E402  (bench/ember_ctypes.py)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +328,7 @@ def main():
     if a.profile:
         env = dict(os.environ, EMBER_NUM_THREADS=str(threads[0]))
         import torch
-        torch.set_num_threads(threads[0])
+        ember_ctypes.torch_threads(torch, threads[0])
         for model in models:
             for mode in modes:
                 _, prof = run_ember(binary, model, [mode], a.steps, a.warmup, env, ["--profile"])

@@ -69,7 +69,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
-    torch.set_num_threads(args.threads)
+    ember_ctypes.torch_threads(torch, args.threads)
     em = Ember(load_ember(args.build))
     lib = em.lib
     torch.manual_seed(0)

@@ -35,7 +35,7 @@ def load_ember(build):
 def child(build, threads, rounds):
     os.environ["EMBER_NUM_THREADS"] = str(threads)
     import torch
-    torch.set_num_threads(threads)
+    ember_ctypes.torch_threads(torch, threads)
     em = ember_ctypes.Ember(load_ember(build))
     lib, tensor, call, run = em.lib, em.tensor, em.call, em.run
 

@@ -22,6 +22,8 @@ import time
 import numpy as np
 import torch
 import torch.nn as nn
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ember_ctypes  # noqa: E402  (bench/ember_ctypes.py)
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -103,7 +105,7 @@ def main():
     args = ap.parse_args()
     if args.lr is None:
         args.lr = 1e-3 if args.optimizer == "adam" else 0.1
-    torch.set_num_threads(args.threads)
+    ember_ctypes.torch_threads(torch, args.threads)
     xtr = torch.from_numpy(load_idx(find(args.data, "train-images-idx3-ubyte")).copy())
     ytr = torch.from_numpy(load_idx(find(args.data, "train-labels-idx1-ubyte")).astype(np.int64))
     xte = torch.from_numpy(load_idx(find(args.data, "t10k-images-idx3-ubyte")).copy())

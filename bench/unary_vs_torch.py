@@ -49,7 +49,7 @@ def main():
     ap.add_argument("--no-ref", action="store_true")
     args = ap.parse_args()
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
-    torch.set_num_threads(args.threads)
+    ember_ctypes.torch_threads(torch, args.threads)
     em = Ember(args.build, "cpu")
     torch.manual_seed(0)
     print("ember cpu unary vs PyTorch %s, %d thread(s), EMBER_CPU_ISA=%s; medians of %d rounds"
