@@ -177,6 +177,10 @@ em_device em_device_default(void);
  *  autodiff device. */
 em_status em_device_autodiff(em_device inner, em_checkpointing strategy, em_device *out);
 
+/** The device an autodiff device wraps (dev itself, with no checkpointing mark, when it is not
+ *  an autodiff device): where gradients, detached tensors and optimizer state live. */
+em_device em_device_inner(em_device dev);
+
 /** The name of a backend: "ref", "cpu", "opencl", ...; "?" if unknown. */
 const char *em_backend_name(em_backend b);
 
@@ -564,8 +568,9 @@ em_status em_rand_bernoulli(const int64_t *shape, int rank, em_dtype dt, double 
 typedef struct em_grads em_grads;
 
 /** Marks a tracked leaf (a float tensor created on an autodiff device, not the result of an
- *  op) so that em_backward collects its gradient. EM_ERR_STATE for an untracked tensor or a
- *  non-leaf. */
+ *  op) so that em_backward collects its gradient; an untracked float tensor of an autodiff
+ *  device (made in a no-grad scope) becomes such a leaf. EM_ERR_STATE for another untracked
+ *  tensor or a non-leaf. */
 em_status em_tensor_require_grad(em_tensor *t);
 /** True for a leaf marked with em_tensor_require_grad. */
 bool em_tensor_requires_grad(const em_tensor *t);
@@ -575,6 +580,22 @@ bool em_tensor_is_tracked(const em_tensor *t);
  *  their checkpointing mark, so that they can be promoted back when mixed with tracked ones.
  *  A new reference. */
 em_status em_tensor_detach(const em_tensor *t, em_tensor **out);
+
+/** Turns recording on or off for this thread (torch.set_grad_enabled) and returns the previous
+ *  setting; on by default in every thread. While off (a no-grad scope, as torch.no_grad), ops
+ *  on autodiff devices record nothing: their results are untracked tensors of the autodiff
+ *  device (em_tensor_is_tracked false), computed by the inner device exactly as there, and
+ *  tensors created there are untracked too. Parameters are used in place, without copies, so
+ *  an evaluation pass or sampling runs on the training model. Backward and the gradients it
+ *  returns do not depend on the setting. Scopes nest by restoring the previous value:
+ *
+ *      bool was = em_set_grad_enabled(false);
+ *      em_module_forward(model, x, false, &y);   // nothing recorded
+ *      em_set_grad_enabled(was);
+ */
+bool em_set_grad_enabled(bool enabled);
+/** Whether this thread records (see em_set_grad_enabled). */
+bool em_is_grad_enabled(void);
 
 /** Computes the gradients of loss (a tracked tensor with one element) with respect to every
  *  leaf that requires grad, into *out (release with em_grads_release). The tape is freed: a

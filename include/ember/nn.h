@@ -86,12 +86,123 @@ em_module_opts em_module_opts_default(em_device dev, uint64_t seed);
 /* ======================================================================================
  * 3. Modules
  *
- * An em_module is an opaque layer that owns its parameters. Constructors write a new module
- * to *out (release with em_module_release). opts may be NULL for layers without parameters
- * and means em_module_opts_default(em_device_default(), 0) otherwise.
+ * A module is a layer or a block of layers: a class (a small vtable: what it computes), the
+ * class's data (its configuration), and named parameters (trained tensors), buffers (state
+ * that is saved but not trained: batch norm's running statistics) and children (modules it
+ * owns and calls). ember's layers below are written this way, and so are a user's: a custom
+ * block is an em_module_class and a constructor, it sits in a Sequential, its parameters are
+ * found by name ("blocks.0.attn.weight") and it saves and loads like the built-in ones.
+ *
+ * Constructors write a new module to *out (release with em_module_release). opts may be NULL
+ * for layers without parameters and means em_module_opts_default(em_device_default(), 0)
+ * otherwise. Train or eval behaviour (dropout, batch norm) is chosen per call by
+ * em_module_forward's `training`, which a module passes on to its children: there is no
+ * second copy of a model for evaluation.
+ *
+ * Writing a module:
+ *
+ *     typedef struct { double scale; } scaled_data;
+ *     static em_status scaled_forward(em_module *self, const em_tensor *x, bool training,
+ *                                     em_tensor **y) {
+ *         const scaled_data *d = em_module_data(self);
+ *         em_tensor *h = NULL;
+ *         em_status s = em_module_forward(em_module_child(self, "inner"), x, training, &h);
+ *         if (s == EM_OK) s = em_mul_scalar_(h, d->scale, y);   // consumes h
+ *         return s;
+ *     }
+ *     static const em_module_class scaled_class = {"Scaled", scaled_forward, NULL, free};
+ *
+ *     scaled_data *d = malloc(sizeof *d);  d->scale = 0.5;
+ *     em_module *m;  em_module_create(&scaled_class, d, &m);      // m owns d now
+ *     em_module_add_child(m, "inner", linear);                    // m owns linear now
  * ====================================================================================== */
 
 typedef struct em_module em_module;
+
+/** What a kind of module does. The class outlives its modules (a static const). */
+typedef struct em_module_class {
+    /** The type's name ("Linear", "MyBlock"): in em_module_describe and in errors. */
+    const char *name;
+    /** *y = the module applied to x (borrowed; *y a new reference). Required. training:
+     *  train or eval behaviour, to pass on to children. Called through em_module_forward,
+     *  which checks the arguments and puts the module's name in errors. */
+    em_status (*forward)(em_module *self, const em_tensor *x, bool training, em_tensor **y);
+    /** Optional: the configuration in words ("in 3, out 4, bias") into buf (cap bytes). */
+    void (*describe)(const em_module *self, char *buf, size_t cap);
+    /** Optional: frees the data (em_module_release calls it last, after the tensors and the
+     *  children; e.g. `free`). */
+    void (*release)(void *data);
+} em_module_class;
+
+/** A new module of class cls holding data (the class's, may be NULL; on success the module
+ *  owns it and frees it with cls->release). EM_ERR_ARG for NULL cls or out, a class without
+ *  name or forward. */
+em_status em_module_create(const em_module_class *cls, void *data, em_module **out);
+/** The data given to em_module_create (NULL for NULL m). */
+void *em_module_data(const em_module *m);
+/** The class's name (NULL for NULL m). */
+const char *em_module_type(const em_module *m);
+/** "Type(configuration)" or "Type" into buf (cap bytes, always NUL-terminated). */
+void em_module_describe(const em_module *m, char *buf, size_t cap);
+
+/** Adds a parameter named `name` (copied; not empty, no '.', at most 100 bytes, unique among
+ *  the module's parameters, buffers and children) holding t. Consumes the caller's reference
+ *  to t on every path (it is released on failure). A parameter to be trained is a leaf
+ *  (em_tensor_require_grad on an autodiff device). One tensor may be a parameter of two
+ *  modules (weight tying: em_tensor_retain it first); em_module_params lists it once. */
+em_status em_module_add_param(em_module *m, const char *name, em_tensor *t);
+/** Adds a buffer: as a parameter, but never trained, listed by em_module_buffers and
+ *  em_module_state, not by em_module_params. A module updates its buffers in place with
+ *  em_tensor_assign (from untracked values). */
+em_status em_module_add_buffer(em_module *m, const char *name, em_tensor *t);
+/** Adds a child module named `name` (rules of em_module_add_param). Consumes child on every
+ *  path but one: EM_ERR_ARG when child is m or contains m, and then it is left as it was. */
+em_status em_module_add_child(em_module *m, const char *name, em_module *child);
+
+/** The parameter or buffer at a dotted path ("weight", "0.bias", "blocks.1.ln.weight"),
+ *  borrowed, or NULL when there is none. */
+em_tensor *em_module_get(const em_module *m, const char *path);
+/** Replaces the tensor of the parameter or buffer at path with t (consumed on every path): a
+ *  slot's new tensor, e.g. to tie an output layer's weight to an embedding's. em_params sets
+ *  made before refer to the slot and so see t. EM_ERR_ARG when there is no such entry. */
+em_status em_module_set(em_module *m, const char *path, em_tensor *t);
+/** Whether the path names a parameter (not a buffer). */
+bool em_module_is_param(const em_module *m, const char *path);
+/** The child module at a dotted path ("0", "blocks.1"), borrowed, or NULL. */
+em_module *em_module_child(const em_module *m, const char *path);
+/** The number of direct children, the i-th (borrowed) and its name (NULL out of range). */
+size_t em_module_child_count(const em_module *m);
+em_module *em_module_child_at(const em_module *m, size_t i);
+const char *em_module_child_name(const em_module *m, size_t i);
+
+/** Runs the module on x (borrowed); *y is a new reference. training selects train or eval
+ *  behaviour. Errors are those of the module's ops, with the modules that failed named from
+ *  the outermost in: "Sequential(2 modules) > Linear(in 5, out 4, bias): the input's dim 1
+ *  must be 5 ([..., in_features]), got [2, 3]". */
+em_status em_module_forward(em_module *m, const em_tensor *x, bool training, em_tensor **y);
+/** Appends the module's parameters to params, each named prefix + "." + its path ("weight",
+ *  "0.weight", ...; no prefix and dot when prefix is NULL or ""): the module's own in the
+ *  order added, then each child's. A tensor that is a parameter twice (tied) is listed once,
+ *  under its first name. */
+em_status em_module_params(em_module *m, const char *prefix, em_params *params);
+/** The same for the module's buffers. */
+em_status em_module_buffers(em_module *m, const char *prefix, em_params *buffers);
+/** Parameters and buffers, per module (its parameters, its buffers, then its children), every
+ *  name listed: what em_module_save writes (torch's state_dict). */
+em_status em_module_state(em_module *m, const char *prefix, em_params *state);
+/** Writes em_module_state to a safetensors file (em_safetensors_save). */
+em_status em_module_save(em_module *m, const char *path);
+/** Reads a file em_module_save wrote into the module's parameters and buffers, in place
+ *  (em_tensor_assign; tracked parameters stay the same leaves). Strict: the file must hold
+ *  exactly the module's state, each tensor with its shape and dtype; EM_ERR_IO (a missing or
+ *  extra tensor, an unreadable file), EM_ERR_SHAPE, EM_ERR_DTYPE; on error nothing is
+ *  assigned unless moving a tensor to its device fails midway. */
+em_status em_module_load(em_module *m, const char *path);
+/** Frees the module, its children, its references to its tensors and its data. NULL is a
+ *  no-op. */
+void em_module_release(em_module *m);
+
+/* ---- ember's layers ---- */
 
 /** y = x W^T + b: weight [out, in], bias [out] (when bias). x [..., in]. EM_ERR_ARG for
  *  sizes < 1, a non-float dtype or NULL out. */
@@ -100,8 +211,16 @@ em_status em_nn_linear(int64_t in_features, int64_t out_features, bool bias,
 /** A square-kernel convolution: weight [out_ch, in_ch, k, k], bias [out_ch]; x [N, in_ch, H, W]. */
 em_status em_nn_conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
                        int64_t padding, bool bias, const em_module_opts *opts, em_module **out);
+/** A 1-d convolution: weight [out_ch, in_ch, k], bias [out_ch]; x [N, in_ch, L]. */
+em_status em_nn_conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
+                       int64_t padding, bool bias, const em_module_opts *opts, em_module **out);
 /** Max pooling with a square kernel; stride 0 means equal to kernel. */
 em_status em_nn_max_pool2d(int64_t kernel, int64_t stride, em_module **out);
+/** Average pooling with a square kernel (torch.nn.AvgPool2d: padding counted in the average);
+ *  stride 0 means equal to kernel; padding at most kernel / 2. */
+em_status em_nn_avg_pool2d(int64_t kernel, int64_t stride, int64_t padding, em_module **out);
+/** Averages [N, C, H, W] into [N, C, oh, ow] bins (torch.nn.AdaptiveAvgPool2d). */
+em_status em_nn_adaptive_avg_pool2d(int64_t oh, int64_t ow, em_module **out);
 /** Flattens every dim after the first: [N, ...] -> [N, prod(...)]. */
 em_status em_nn_flatten(em_module **out);
 /** Dropout with probability p in [0, 1). Each training forward uses the current seed and then
@@ -110,23 +229,24 @@ em_status em_nn_dropout(double p, uint64_t seed, em_module **out);
 /** Layer normalization over the last dim of size `size` (eps 1e-5), with weight (ones) and
  *  bias (zeros) parameters. */
 em_status em_nn_layer_norm(int64_t size, const em_module_opts *opts, em_module **out);
+/** A lookup table: weight [num_embeddings, dim] drawn from N(0, 1) (torch.nn.Embedding); x
+ *  an integer tensor of indices, y x's shape + [dim]. Tie it to an output layer by making the
+ *  same tensor that layer's weight (em_module_get, em_tensor_retain, em_module_add_param). */
+em_status em_nn_embedding(int64_t num_embeddings, int64_t dim, const em_module_opts *opts,
+                          em_module **out);
 em_status em_nn_relu(em_module **out);
 /** The exact (erf) GELU. */
 em_status em_nn_gelu(em_module **out);
+/** y = x. */
+em_status em_nn_identity(em_module **out);
 /** Runs n modules in order. Takes ownership of mods[0..n-1] on success AND on failure (they
- *  are released if the sequential cannot be made). Parameter names are "<i>.<name>", as in
- *  torch.nn.Sequential. EM_ERR_ARG when mods or an entry is NULL or n is 0. */
+ *  are released if the sequential cannot be made). Children are named "0", "1", ..., so
+ *  parameter names are "<i>.<name>", as in torch.nn.Sequential. EM_ERR_ARG when mods or an
+ *  entry is NULL, a module is listed twice, or n is 0. */
 em_status em_nn_sequential(em_module *const *mods, size_t n, em_module **out);
-
-/** Runs the module on x (borrowed); *y is a new reference. training selects dropout's
- *  behaviour. Errors are those of the underlying ops (EM_ERR_SHAPE for a wrong input shape,
- *  EM_ERR_DEVICE for x on another inner device, ...) with the op's message. */
-em_status em_module_forward(em_module *m, const em_tensor *x, bool training, em_tensor **y);
-/** Appends the module's parameters to params, each named prefix + "." + its name ("weight",
- *  "bias", "0.weight", ...; without the prefix and dot when prefix is NULL or ""). */
-em_status em_module_params(em_module *m, const char *prefix, em_params *params);
-/** Frees the module, its children and its references to its parameters. NULL is a no-op. */
-void em_module_release(em_module *m);
+/** y = x + body(x) (the output of body must have x's shape, or broadcast to it); body is the
+ *  child "body". Consumes body on every path. */
+em_status em_nn_residual(em_module *body, em_module **out);
 
 /** Re-initializes every weight of params (entries whose name ends in "weight" and that have
  *  rank >= 2) with xavier_uniform from seed, and every "bias" with zeros. */

@@ -16,13 +16,14 @@ static const char *emi_ckpt_name(em_checkpointing c) {
 
 em_status emi_ad_begin(const char *fn, const em_tensor *const *ins, int n, emi_ad_op *op) {
     const em_tensor *tracked = NULL, *first = NULL, *on_ad = NULL, *marked = NULL;
+    const bool recording = em_is_grad_enabled();
     for (int i = 0; i < n; i++) {
         const em_tensor *t = ins[i];
         if (!t) continue;
         if (!first) first = t;
         if (!on_ad && t->dev.autodiff) on_ad = t;
         if (!marked && t->ckpt != EM_CKPT_NONE) marked = t;
-        if (!t->ad) continue;
+        if (!t->ad || !recording) continue;
         if (!tracked) tracked = t;
         else if (t->ckpt != tracked->ckpt)
             return emi_fail(EM_ERR_STATE,
@@ -77,7 +78,8 @@ em_status emi_ad_created(em_tensor *t, em_device dev) {
     if (!dev.autodiff) return EM_OK;
     t->dev = dev;
     t->ckpt = dev.checkpointing;
-    if (emi_kind(t->dtype) != EM_KIND_FLOAT) return EM_OK;
+    /* a no-grad scope records no leaf either */
+    if (emi_kind(t->dtype) != EM_KIND_FLOAT || !em_is_grad_enabled()) return EM_OK;
     emi_ad_node *leaf = emi_node_new(NULL, dev.checkpointing, t, 0);
     if (!leaf) return emi_fail(EM_ERR_NOMEM, "out of memory recording a leaf");
     t->ad = leaf;

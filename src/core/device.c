@@ -182,3 +182,9 @@ em_device em_device_default(void) {
     }
     return (em_device){EM_BACKEND_REF, 0, false, EM_CKPT_NONE};
 }
+
+em_device em_device_inner(em_device dev) {
+    dev.autodiff = false;
+    dev.checkpointing = EM_CKPT_NONE;
+    return dev;
+}

@@ -1,364 +1,464 @@
-/* module.c — layers: Linear, Conv2d, MaxPool2d, Flatten, Dropout, LayerNorm, ReLU, GELU,
- * Sequential; their parameters and initialization. */
-#include <math.h>
+/* module.c — the module object: a class (a small vtable: forward, describe, release), the
+ * class's data, and the module's named parameters, buffers and children. Forward with the
+ * module's name and configuration in its errors; the module's state (parameters and buffers)
+ * by name, saved to and loaded from a safetensors file. ember's own layers (layers.c) are
+ * written against this interface exactly as a user's module is. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ember/io.h"
 #include "nn/nn_internal.h"
 
-typedef enum nn_kind {
-    NN_LINEAR,
-    NN_CONV2D,
-    NN_MAXPOOL,
-    NN_FLATTEN,
-    NN_DROPOUT,
-    NN_LAYERNORM,
-    NN_RELU,
-    NN_GELU,
-    NN_SEQUENTIAL
-} nn_kind;
+/* A named tensor, allocated on its own so that &e->t (a slot of an em_params set) stays put
+ * when the module's list grows. */
+typedef struct nn_entry {
+    char *name;
+    em_tensor *t;
+} nn_entry;
+
+typedef struct nn_child {
+    char *name;
+    em_module *m;
+} nn_child;
 
 struct em_module {
-    nn_kind kind;
-    em_tensor *weight, *bias; /* owned; NULL when absent */
-    int64_t kernel, stride, padding;
-    double p;
-    uint64_t seed;
-    em_module **children; /* sequential */
-    size_t nchildren;
+    const em_module_class *cls;
+    void *data;
+    nn_entry **params, **buffers;
+    size_t nparams, nbuffers, capparams, capbuffers;
+    nn_child *children;
+    size_t nchildren, capchildren;
 };
 
-em_module_opts em_module_opts_default(em_device dev, uint64_t seed) {
-    em_module_opts o;
-    o.device = dev;
-    o.dtype = EM_F32;
-    o.init = EM_INIT_KAIMING_UNIFORM;
-    o.seed = seed;
-    return o;
-}
-
-/* A seed for the k-th tensor of a module (splitmix64 of seed and k). */
-static uint64_t nn_derive(uint64_t seed, uint64_t k) {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (k + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* A parameter: U(-bound, bound) (or `fill` when bound < 0) on opts' device, a leaf requiring
- * grad on an autodiff device. */
-static em_status nn_param(const char *fn, const em_module_opts *o, const int64_t *shape,
-                          int rank, double bound, double fill, uint64_t seed, em_tensor **out) {
-    em_tensor *t = NULL;
-    em_status s = bound >= 0
-                      ? em_rand_uniform(shape, rank, o->dtype, -bound, bound, seed, o->device, &t)
-                      : em_full(shape, rank, fill, o->dtype, o->device, &t);
-    if (s == EM_OK && o->device.autodiff) s = em_tensor_require_grad(t);
-    if (s != EM_OK) {
-        em_tensor_release(t);
-        return em_backend_set_error(s, "%s: creating a parameter: %s", fn, em_last_error());
-    }
-    *out = t;
-    return EM_OK;
-}
-
-static em_status nn_new(const char *fn, nn_kind kind, em_module **out) {
+em_status em_module_create(const em_module_class *cls, void *data, em_module **out) {
+    static const char fn[] = "em_module_create";
     if (!out) return nn_null(fn, "out");
+    if (!cls) return nn_null(fn, "cls");
+    if (!cls->name || !cls->name[0])
+        return em_backend_set_error(EM_ERR_ARG, "%s: the class has no name", fn);
+    if (!cls->forward)
+        return em_backend_set_error(EM_ERR_ARG, "%s: class '%s' has no forward", fn, cls->name);
     em_module *m = calloc(1, sizeof *m);
     if (!m) return em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
-    m->kind = kind;
+    m->cls = cls;
+    m->data = data;
     *out = m;
     return EM_OK;
 }
 
-static em_status nn_check_opts(const char *fn, const em_module_opts *opts, em_module_opts *o) {
-    *o = opts ? *opts : em_module_opts_default(em_device_default(), 0);
-    if (em_dtype_kind(o->dtype) != EM_KIND_FLOAT || em_dtype_size(o->dtype) == 0)
-        return em_backend_set_error(EM_ERR_DTYPE, "%s: parameters need a float dtype, got %s", fn,
-                                    em_dtype_name(o->dtype));
-    if (o->init != EM_INIT_KAIMING_UNIFORM && o->init != EM_INIT_XAVIER_UNIFORM)
-        return em_backend_set_error(EM_ERR_ARG, "%s: unknown init %d", fn, (int)o->init);
+void *em_module_data(const em_module *m) { return m ? m->data : NULL; }
+
+const char *em_module_type(const em_module *m) { return m ? m->cls->name : NULL; }
+
+void em_module_describe(const em_module *m, char *buf, size_t cap) {
+    if (!buf || cap == 0) return;
+    buf[0] = '\0';
+    if (!m) return;
+    char conf[200] = "";
+    if (m->cls->describe) m->cls->describe(m, conf, sizeof conf);
+    conf[sizeof conf - 1] = '\0';
+    if (conf[0]) snprintf(buf, cap, "%s(%s)", m->cls->name, conf);
+    else snprintf(buf, cap, "%s", m->cls->name);
+}
+
+/* A name of this module's own: not empty, no '.', unique among its parameters, buffers and
+ * children. */
+static em_status nn_check_name(const char *fn, const em_module *m, const char *name) {
+    if (!name[0]) return em_backend_set_error(EM_ERR_ARG, "%s: the name is empty", fn);
+    if (strchr(name, '.'))
+        return em_backend_set_error(EM_ERR_ARG, "%s: name '%s' contains '.' (it separates a "
+                                    "child's name from its entries')", fn, name);
+    if (strlen(name) > 100)
+        return em_backend_set_error(EM_ERR_ARG, "%s: name '%.32s...' is longer than 100 bytes",
+                                    fn, name);
+    for (size_t i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i]->name, name) == 0)
+            return em_backend_set_error(EM_ERR_ARG, "%s: %s already has a parameter named '%s'",
+                                        fn, m->cls->name, name);
+    for (size_t i = 0; i < m->nbuffers; i++)
+        if (strcmp(m->buffers[i]->name, name) == 0)
+            return em_backend_set_error(EM_ERR_ARG, "%s: %s already has a buffer named '%s'", fn,
+                                        m->cls->name, name);
+    for (size_t i = 0; i < m->nchildren; i++)
+        if (strcmp(m->children[i].name, name) == 0)
+            return em_backend_set_error(EM_ERR_ARG, "%s: %s already has a child named '%s'", fn,
+                                        m->cls->name, name);
     return EM_OK;
 }
 
-/* weight and (optional) bias of a layer with the given fans. */
-static em_status nn_weight_bias(const char *fn, em_module *m, const em_module_opts *o,
-                                const int64_t *wshape, int wrank, int64_t fan_in,
-                                int64_t fan_out, bool bias) {
-    double kb = 1.0 / sqrt((double)fan_in);
-    double wb = o->init == EM_INIT_XAVIER_UNIFORM ? sqrt(6.0 / (double)(fan_in + fan_out)) : kb;
-    NN_TRY(nn_param(fn, o, wshape, wrank, wb, 0, nn_derive(o->seed, 0), &m->weight));
-    if (bias) {
-        bool zero = o->init == EM_INIT_XAVIER_UNIFORM;
-        NN_TRY(nn_param(fn, o, wshape, 1, zero ? -1 : kb, 0, nn_derive(o->seed, 1), &m->bias));
-    }
-    return EM_OK;
+static char *nn_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *c = malloc(n);
+    if (c) memcpy(c, s, n);
+    return c;
 }
 
-em_status em_nn_linear(int64_t in_features, int64_t out_features, bool bias,
-                       const em_module_opts *opts, em_module **out) {
-    static const char fn[] = "em_nn_linear";
-    if (!out) return nn_null(fn, "out");
-    if (in_features < 1 || out_features < 1)
-        return em_backend_set_error(EM_ERR_ARG, "%s: sizes must be >= 1, got in %lld, out %lld",
-                                    fn, (long long)in_features, (long long)out_features);
-    em_module_opts o;
-    NN_TRY(nn_check_opts(fn, opts, &o));
-    em_module *m = NULL;
-    NN_TRY(nn_new(fn, NN_LINEAR, &m));
-    int64_t ws[2] = {out_features, in_features};
-    em_status s = nn_weight_bias(fn, m, &o, ws, 2, in_features, out_features, bias);
-    if (s != EM_OK) {
-        em_module_release(m);
-        return s;
-    }
-    *out = m;
-    return EM_OK;
-}
-
-em_status em_nn_conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
-                       int64_t padding, bool bias, const em_module_opts *opts, em_module **out) {
-    static const char fn[] = "em_nn_conv2d";
-    if (!out) return nn_null(fn, "out");
-    if (in_channels < 1 || out_channels < 1 || kernel < 1 || stride < 1 || padding < 0)
-        return em_backend_set_error(EM_ERR_ARG,
-                                    "%s: bad sizes (in %lld, out %lld, kernel %lld, stride %lld, "
-                                    "padding %lld)", fn, (long long)in_channels,
-                                    (long long)out_channels, (long long)kernel, (long long)stride,
-                                    (long long)padding);
-    em_module_opts o;
-    NN_TRY(nn_check_opts(fn, opts, &o));
-    em_module *m = NULL;
-    NN_TRY(nn_new(fn, NN_CONV2D, &m));
-    m->kernel = kernel;
-    m->stride = stride;
-    m->padding = padding;
-    int64_t ws[4] = {out_channels, in_channels, kernel, kernel};
-    em_status s = nn_weight_bias(fn, m, &o, ws, 4, in_channels * kernel * kernel,
-                                 out_channels * kernel * kernel, bias);
-    if (s != EM_OK) {
-        em_module_release(m);
-        return s;
-    }
-    *out = m;
-    return EM_OK;
-}
-
-em_status em_nn_max_pool2d(int64_t kernel, int64_t stride, em_module **out) {
-    static const char fn[] = "em_nn_max_pool2d";
-    if (!out) return nn_null(fn, "out");
-    if (kernel < 1 || stride < 0)
-        return em_backend_set_error(EM_ERR_ARG, "%s: bad kernel %lld or stride %lld", fn,
-                                    (long long)kernel, (long long)stride);
-    em_module *m = NULL;
-    NN_TRY(nn_new(fn, NN_MAXPOOL, &m));
-    m->kernel = kernel;
-    m->stride = stride ? stride : kernel;
-    *out = m;
-    return EM_OK;
-}
-
-em_status em_nn_flatten(em_module **out) { return nn_new("em_nn_flatten", NN_FLATTEN, out); }
-em_status em_nn_relu(em_module **out) { return nn_new("em_nn_relu", NN_RELU, out); }
-em_status em_nn_gelu(em_module **out) { return nn_new("em_nn_gelu", NN_GELU, out); }
-
-em_status em_nn_dropout(double p, uint64_t seed, em_module **out) {
-    static const char fn[] = "em_nn_dropout";
-    if (!out) return nn_null(fn, "out");
-    if (!(p >= 0 && p < 1))
-        return em_backend_set_error(EM_ERR_ARG, "%s: p must be in [0, 1), got %g", fn, p);
-    em_module *m = NULL;
-    NN_TRY(nn_new(fn, NN_DROPOUT, &m));
-    m->p = p;
-    m->seed = seed;
-    *out = m;
-    return EM_OK;
-}
-
-em_status em_nn_layer_norm(int64_t size, const em_module_opts *opts, em_module **out) {
-    static const char fn[] = "em_nn_layer_norm";
-    if (!out) return nn_null(fn, "out");
-    if (size < 1)
-        return em_backend_set_error(EM_ERR_ARG, "%s: size must be >= 1, got %lld", fn,
-                                    (long long)size);
-    em_module_opts o;
-    NN_TRY(nn_check_opts(fn, opts, &o));
-    em_module *m = NULL;
-    NN_TRY(nn_new(fn, NN_LAYERNORM, &m));
-    em_status s = nn_param(fn, &o, &size, 1, -1, 1.0, 0, &m->weight);
-    if (s == EM_OK) s = nn_param(fn, &o, &size, 1, -1, 0.0, 0, &m->bias);
-    if (s != EM_OK) {
-        em_module_release(m);
-        return s;
-    }
-    *out = m;
-    return EM_OK;
-}
-
-em_status em_nn_sequential(em_module *const *mods, size_t n, em_module **out) {
-    static const char fn[] = "em_nn_sequential";
+static em_status nn_add_entry(const char *fn, em_module *m, nn_entry ***list, size_t *n,
+                              size_t *cap, const char *name, em_tensor *t) {
     em_status s = EM_OK;
-    if (!out) s = nn_null(fn, "out");
-    else if (!mods) s = nn_null(fn, "mods");
-    else if (n == 0) s = em_backend_set_error(EM_ERR_ARG, "%s: no modules", fn);
-    else
-        for (size_t i = 0; i < n && s == EM_OK; i++)
-            if (!mods[i]) s = em_backend_set_error(EM_ERR_ARG, "%s: module %zu is NULL", fn, i);
-    em_module *m = NULL;
-    if (s == EM_OK) s = nn_new(fn, NN_SEQUENTIAL, &m);
-    if (s == EM_OK) {
-        m->children = malloc(n * sizeof *m->children);
-        if (!m->children) {
-            free(m);
-            m = NULL;
-            s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+    if (!m) s = nn_null(fn, "module");
+    else if (!name) s = nn_null(fn, "name");
+    else if (!t) s = nn_null(fn, "tensor");
+    else s = nn_check_name(fn, m, name);
+    if (s == EM_OK && *n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 4;
+        nn_entry **l = realloc(*list, nc * sizeof *l);
+        if (!l) s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+        else {
+            *list = l;
+            *cap = nc;
         }
     }
-    if (s != EM_OK || !m) {
-        if (mods)
-            for (size_t i = 0; i < n; i++) em_module_release(mods[i]);
+    nn_entry *e = NULL;
+    if (s == EM_OK) {
+        e = malloc(sizeof *e);
+        char *c = e ? nn_strdup(name) : NULL;
+        if (!c) {
+            free(e);
+            s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+        } else {
+            e->name = c;
+            e->t = t;
+            (*list)[(*n)++] = e;
+        }
+    }
+    if (s != EM_OK) em_tensor_release(t);
+    return s;
+}
+
+em_status em_module_add_param(em_module *m, const char *name, em_tensor *t) {
+    return m ? nn_add_entry("em_module_add_param", m, &m->params, &m->nparams, &m->capparams,
+                            name, t)
+             : nn_add_entry("em_module_add_param", NULL, NULL, NULL, NULL, name, t);
+}
+
+em_status em_module_add_buffer(em_module *m, const char *name, em_tensor *t) {
+    return m ? nn_add_entry("em_module_add_buffer", m, &m->buffers, &m->nbuffers,
+                            &m->capbuffers, name, t)
+             : nn_add_entry("em_module_add_buffer", NULL, NULL, NULL, NULL, name, t);
+}
+
+/* Whether `child` is m or one of m's descendants (adding it would make a cycle). */
+static bool nn_contains(const em_module *m, const em_module *child) {
+    if (m == child) return true;
+    for (size_t i = 0; i < m->nchildren; i++)
+        if (nn_contains(m->children[i].m, child)) return true;
+    return false;
+}
+
+em_status em_module_add_child(em_module *m, const char *name, em_module *child) {
+    static const char fn[] = "em_module_add_child";
+    em_status s = EM_OK;
+    if (!m) s = nn_null(fn, "module");
+    else if (!name) s = nn_null(fn, "name");
+    else if (!child) s = nn_null(fn, "child");
+    else if (nn_contains(child, m))
+        return em_backend_set_error(EM_ERR_ARG, "%s: '%s' would contain itself", fn, name);
+    else s = nn_check_name(fn, m, name);
+    if (s == EM_OK && m->nchildren == m->capchildren) {
+        size_t nc = m->capchildren ? 2 * m->capchildren : 4;
+        nn_child *l = realloc(m->children, nc * sizeof *l);
+        if (!l) s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+        else {
+            m->children = l;
+            m->capchildren = nc;
+        }
+    }
+    char *c = NULL;
+    if (s == EM_OK && !(c = nn_strdup(name)))
+        s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+    if (s != EM_OK) {
+        em_module_release(child);
         return s;
     }
-    memcpy(m->children, mods, n * sizeof *m->children);
-    m->nchildren = n;
-    *out = m;
+    m->children[m->nchildren].name = c;
+    m->children[m->nchildren].m = child;
+    m->nchildren++;
+    return EM_OK;
+}
+
+size_t em_module_child_count(const em_module *m) { return m ? m->nchildren : 0; }
+
+em_module *em_module_child_at(const em_module *m, size_t i) {
+    return m && i < m->nchildren ? m->children[i].m : NULL;
+}
+
+const char *em_module_child_name(const em_module *m, size_t i) {
+    return m && i < m->nchildren ? m->children[i].name : NULL;
+}
+
+/* The module that holds the last part of a dotted path, and that part (*leaf). */
+static const em_module *nn_walk(const em_module *m, const char *path, const char **leaf) {
+    for (;;) {
+        const char *dot = strchr(path, '.');
+        if (!dot) {
+            *leaf = path;
+            return m;
+        }
+        size_t len = (size_t)(dot - path);
+        const em_module *next = NULL;
+        for (size_t i = 0; i < m->nchildren && !next; i++)
+            if (strlen(m->children[i].name) == len && memcmp(m->children[i].name, path, len) == 0)
+                next = m->children[i].m;
+        if (!next) return NULL;
+        m = next;
+        path = dot + 1;
+    }
+}
+
+em_module *em_module_child(const em_module *m, const char *path) {
+    if (!m || !path) return NULL;
+    const char *leaf;
+    const em_module *h = nn_walk(m, path, &leaf);
+    if (!h) return NULL;
+    for (size_t i = 0; i < h->nchildren; i++)
+        if (strcmp(h->children[i].name, leaf) == 0) return h->children[i].m;
+    return NULL;
+}
+
+static em_tensor **nn_find_slot(const em_module *m, const char *path, bool params, bool buffers) {
+    if (!m || !path) return NULL;
+    const char *leaf;
+    const em_module *h = nn_walk(m, path, &leaf);
+    if (!h) return NULL;
+    if (params)
+        for (size_t i = 0; i < h->nparams; i++)
+            if (strcmp(h->params[i]->name, leaf) == 0) return &h->params[i]->t;
+    if (buffers)
+        for (size_t i = 0; i < h->nbuffers; i++)
+            if (strcmp(h->buffers[i]->name, leaf) == 0) return &h->buffers[i]->t;
+    return NULL;
+}
+
+em_tensor *em_module_get(const em_module *m, const char *path) {
+    em_tensor **slot = nn_find_slot(m, path, true, true);
+    return slot ? *slot : NULL;
+}
+
+bool em_module_is_param(const em_module *m, const char *path) {
+    return nn_find_slot(m, path, true, false) != NULL;
+}
+
+em_status em_module_set(em_module *m, const char *path, em_tensor *t) {
+    static const char fn[] = "em_module_set";
+    em_status s = EM_OK;
+    em_tensor **slot = NULL;
+    if (!m) s = nn_null(fn, "module");
+    else if (!path) s = nn_null(fn, "path");
+    else if (!t) s = nn_null(fn, "tensor");
+    else if (!(slot = nn_find_slot(m, path, true, true)))
+        s = em_backend_set_error(EM_ERR_ARG, "%s: %s has no parameter or buffer '%s'", fn,
+                                 m->cls->name, path);
+    if (s != EM_OK) {
+        em_tensor_release(t);
+        return s;
+    }
+    em_tensor_release(*slot);
+    *slot = t;
     return EM_OK;
 }
 
 void em_module_release(em_module *m) {
     if (!m) return;
-    em_tensor_release(m->weight);
-    em_tensor_release(m->bias);
-    for (size_t i = 0; i < m->nchildren; i++) em_module_release(m->children[i]);
+    for (size_t i = 0; i < m->nchildren; i++) {
+        em_module_release(m->children[i].m);
+        free(m->children[i].name);
+    }
     free(m->children);
+    for (size_t i = 0; i < m->nparams; i++) {
+        em_tensor_release(m->params[i]->t);
+        free(m->params[i]->name);
+        free(m->params[i]);
+    }
+    free(m->params);
+    for (size_t i = 0; i < m->nbuffers; i++) {
+        em_tensor_release(m->buffers[i]->t);
+        free(m->buffers[i]->name);
+        free(m->buffers[i]);
+    }
+    free(m->buffers);
+    if (m->cls->release) m->cls->release(m->data);
     free(m);
 }
 
-static em_status nn_linear_forward(const em_module *m, const em_tensor *x, em_tensor **y) {
-    em_tensor *wt = NULL, *xw = NULL;
-    em_status s = em_transpose(m->weight, 0, 1, &wt);
-    if (s == EM_OK) s = em_matmul(x, wt, &xw);
-    em_tensor_release(wt);
-    if (s != EM_OK) return s;
-    if (!m->bias) {
-        *y = xw;
-        return EM_OK;
-    }
-    return em_add_(xw, m->bias, y);
-}
+/* ---- forward, with the module in its errors ---- */
+
+/* Errors name every module from the outermost one that failed to the innermost:
+ * "Sequential(2 modules) > Linear(in 5, out 4, bias): em_matmul: ...". The innermost failing
+ * module writes "desc: message"; each module around it prepends "desc > ". */
+static _Thread_local int nn_depth;
+static _Thread_local bool nn_named;
 
 em_status em_module_forward(em_module *m, const em_tensor *x, bool training, em_tensor **y) {
     static const char fn[] = "em_module_forward";
     if (!m) return nn_null(fn, "module");
     if (!x) return nn_null(fn, "x");
     if (!y) return nn_null(fn, "y");
-    switch (m->kind) {
-    case NN_LINEAR: return nn_linear_forward(m, x, y);
-    case NN_CONV2D: {
-        em_conv_params p = em_conv_params_default();
-        p.stride[0] = p.stride[1] = m->stride;
-        p.padding[0] = p.padding[1] = m->padding;
-        return em_conv2d(x, m->weight, m->bias, &p, y);
-    }
-    case NN_MAXPOOL: {
-        em_pool_params p;
-        memset(&p, 0, sizeof p);
-        p.kernel[0] = p.kernel[1] = m->kernel;
-        p.stride[0] = p.stride[1] = m->stride;
-        return em_max_pool2d(x, &p, y, NULL);
-    }
-    case NN_FLATTEN:
-        if (em_tensor_rank(x) < 1)
-            return em_backend_set_error(EM_ERR_SHAPE, "%s: flatten needs rank >= 1, got 0", fn);
-        if (em_tensor_rank(x) == 1) return em_reshape(x, (const int64_t[]){1, -1}, 2, y);
-        return em_flatten(x, 1, -1, y);
-    case NN_DROPOUT: {
-        em_status s = em_dropout(x, m->p, training, m->seed, y);
-        if (s == EM_OK && training) m->seed++;
+    if (nn_depth == 0) nn_named = false;
+    nn_depth++;
+    em_tensor *out = NULL;
+    em_status s = m->cls->forward(m, x, training, &out);
+    nn_depth--;
+    if (s == EM_OK && !out)
+        s = em_backend_set_error(EM_ERR_STATE, "%s: %s's forward returned no tensor", fn,
+                                 m->cls->name);
+    if (s != EM_OK) {
+        em_tensor_release(out);
+        char desc[256], msg[512];
+        em_module_describe(m, desc, sizeof desc);
+        snprintf(msg, sizeof msg, "%s", em_last_error());
+        em_backend_set_error(s, "%s%s%s", desc, nn_named ? " > " : ": ", msg);
+        nn_named = true;
         return s;
     }
-    case NN_LAYERNORM: return em_layer_norm(x, 1, m->weight, m->bias, 1e-5, y);
-    case NN_RELU: return em_relu(x, y);
-    case NN_GELU: return em_gelu(x, y);
-    case NN_SEQUENTIAL: {
-        em_tensor *cur = (em_tensor *)x;
-        em_tensor_retain(cur);
-        for (size_t i = 0; i < m->nchildren; i++) {
-            em_tensor *next = NULL;
-            em_status s = em_module_forward(m->children[i], cur, training, &next);
-            em_tensor_release(cur);
-            if (s != EM_OK) return s;
-            cur = next;
-        }
-        *y = cur;
-        return EM_OK;
-    }
-    }
-    return em_backend_set_error(EM_ERR_STATE, "%s: unknown module kind", fn);
+    *y = out;
+    return EM_OK;
 }
 
-static em_status nn_add(em_params *params, const char *prefix, const char *name,
-                        em_tensor **slot) {
-    char buf[256];
-    int n = prefix && prefix[0] ? snprintf(buf, sizeof buf, "%s.%s", prefix, name)
-                                : snprintf(buf, sizeof buf, "%s", name);
-    if (n < 0 || (size_t)n >= sizeof buf)
-        return em_backend_set_error(EM_ERR_ARG, "em_module_params: name '%s.%s' is too long",
-                                    prefix, name);
-    return em_params_add(params, buf, slot);
+/* ---- named parameters, buffers and state ---- */
+
+static em_status nn_join(char *buf, size_t cap, const char *prefix, const char *name) {
+    int n = prefix && prefix[0] ? snprintf(buf, cap, "%s.%s", prefix, name)
+                                : snprintf(buf, cap, "%s", name);
+    if (n < 0 || (size_t)n >= cap)
+        return em_backend_set_error(EM_ERR_ARG, "em_module_params: name '%.40s...%s' is too long",
+                                    prefix ? prefix : "", name);
+    return EM_OK;
+}
+
+/* Appends m's entries to out under prefix: its own parameters (when params), then its buffers
+ * (when buffers), then each child's, in the order they were added (as torch's state_dict). */
+static em_status nn_collect(em_module *m, const char *prefix, em_params *out, bool params,
+                            bool buffers, size_t start) {
+    char buf[1024];
+    if (params)
+        for (size_t i = 0; i < m->nparams; i++) {
+            bool tied = false; /* listed once when only parameters are asked for */
+            for (size_t j = start; !buffers && j < em_params_count(out) && !tied; j++)
+                tied = em_params_get(out, j) == m->params[i]->t;
+            if (tied) continue;
+            NN_TRY(nn_join(buf, sizeof buf, prefix, m->params[i]->name));
+            NN_TRY(em_params_add(out, buf, &m->params[i]->t));
+        }
+    if (buffers)
+        for (size_t i = 0; i < m->nbuffers; i++) {
+            NN_TRY(nn_join(buf, sizeof buf, prefix, m->buffers[i]->name));
+            NN_TRY(em_params_add(out, buf, &m->buffers[i]->t));
+        }
+    for (size_t i = 0; i < m->nchildren; i++) {
+        NN_TRY(nn_join(buf, sizeof buf, prefix, m->children[i].name));
+        NN_TRY(nn_collect(m->children[i].m, buf, out, params, buffers, start));
+    }
+    return EM_OK;
 }
 
 em_status em_module_params(em_module *m, const char *prefix, em_params *params) {
     static const char fn[] = "em_module_params";
     if (!m) return nn_null(fn, "module");
     if (!params) return nn_null(fn, "params");
-    if (m->weight) NN_TRY(nn_add(params, prefix, "weight", &m->weight));
-    if (m->bias) NN_TRY(nn_add(params, prefix, "bias", &m->bias));
-    for (size_t i = 0; i < m->nchildren; i++) {
-        char buf[256];
-        int n = prefix && prefix[0] ? snprintf(buf, sizeof buf, "%s.%zu", prefix, i)
-                                    : snprintf(buf, sizeof buf, "%zu", i);
-        if (n < 0 || (size_t)n >= sizeof buf)
-            return em_backend_set_error(EM_ERR_ARG, "%s: prefix is too long", fn);
-        NN_TRY(em_module_params(m->children[i], buf, params));
+    return nn_collect(m, prefix, params, true, false, em_params_count(params));
+}
+
+em_status em_module_buffers(em_module *m, const char *prefix, em_params *buffers) {
+    static const char fn[] = "em_module_buffers";
+    if (!m) return nn_null(fn, "module");
+    if (!buffers) return nn_null(fn, "buffers");
+    return nn_collect(m, prefix, buffers, false, true, em_params_count(buffers));
+}
+
+em_status em_module_state(em_module *m, const char *prefix, em_params *state) {
+    static const char fn[] = "em_module_state";
+    if (!m) return nn_null(fn, "module");
+    if (!state) return nn_null(fn, "state");
+    return nn_collect(m, prefix, state, true, true, em_params_count(state));
+}
+
+em_status em_module_save(em_module *m, const char *path) {
+    static const char fn[] = "em_module_save";
+    if (!m) return nn_null(fn, "module");
+    if (!path) return nn_null(fn, "path");
+    em_params *st = NULL;
+    NN_TRY(em_params_create(&st));
+    em_status s = em_module_state(m, NULL, st);
+    size_t n = em_params_count(st);
+    const char **names = s == EM_OK && n ? malloc(n * sizeof *names) : NULL;
+    const em_tensor **ts = s == EM_OK && n ? malloc(n * sizeof *ts) : NULL;
+    if (s == EM_OK && n && (!names || !ts))
+        s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+    for (size_t i = 0; s == EM_OK && i < n; i++) {
+        names[i] = em_params_name(st, i);
+        ts[i] = em_params_get(st, i);
     }
-    return EM_OK;
+    if (s == EM_OK) s = em_safetensors_save(path, names, ts, n);
+    free(names);
+    free(ts);
+    em_params_release(st);
+    return s;
 }
 
-static bool nn_ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
-em_status em_init_xavier_uniform(const em_params *params, uint64_t seed) {
-    static const char fn[] = "em_init_xavier_uniform";
-    if (!params) return nn_null(fn, "params");
-    size_t n = em_params_count(params);
-    for (size_t i = 0; i < n; i++) {
-        const char *name = em_params_name(params, i);
-        em_tensor *t = em_params_get(params, i);
-        int rank = em_tensor_rank(t);
-        const int64_t *shape = em_tensor_shape(t);
-        em_device inner = em_tensor_device(t);
-        inner.autodiff = false;
-        inner.checkpointing = EM_CKPT_NONE;
-        em_tensor *v = NULL;
-        em_status s = EM_OK;
-        if (nn_ends_with(name, "weight") && rank >= 2) {
-            int64_t rf = 1;
-            for (int d = 2; d < rank; d++) rf *= shape[d];
-            double a = sqrt(6.0 / (double)(shape[0] * rf + shape[1] * rf));
-            s = em_rand_uniform(shape, rank, em_tensor_dtype(t), -a, a, nn_derive(seed, i), inner,
-                                &v);
-        } else if (nn_ends_with(name, "bias")) {
-            s = em_zeros(shape, rank, em_tensor_dtype(t), inner, &v);
-        } else {
-            continue;
+em_status em_module_load(em_module *m, const char *path) {
+    static const char fn[] = "em_module_load";
+    if (!m) return nn_null(fn, "module");
+    if (!path) return nn_null(fn, "path");
+    em_params *st = NULL;
+    NN_TRY(em_params_create(&st));
+    em_status s = em_module_state(m, NULL, st);
+    size_t n = em_params_count(st);
+    em_tensor_map *map = NULL;
+    if (s == EM_OK) {
+        em_device dev = n ? em_tensor_device(em_params_get(st, 0)) : em_device_default();
+        dev.autodiff = false;
+        dev.checkpointing = EM_CKPT_NONE;
+        s = em_safetensors_load(path, dev, &map);
+    }
+    if (s == EM_OK && em_tensor_map_size(map) != n)
+        s = em_backend_set_error(EM_ERR_IO, "%s: %s holds %zu tensors, the module %zu", fn, path,
+                                 em_tensor_map_size(map), n);
+    /* every check before the first assignment: a file that does not fit changes nothing */
+    for (size_t pass = 0; pass < 2 && s == EM_OK; pass++)
+        for (size_t i = 0; i < n && s == EM_OK; i++) {
+            const char *name = em_params_name(st, i);
+            em_tensor *dst = em_params_get(st, i), *src = NULL;
+            if (em_tensor_map_get(map, name, &src) != EM_OK) {
+                s = em_backend_set_error(EM_ERR_IO, "%s: %s has no tensor '%s'", fn, path, name);
+                break;
+            }
+            int r = em_tensor_rank(dst);
+            bool same = em_tensor_rank(src) == r &&
+                        memcmp(em_tensor_shape(src), em_tensor_shape(dst),
+                               (size_t)r * sizeof(int64_t)) == 0;
+            if (!same)
+                s = em_backend_set_error(EM_ERR_SHAPE, "%s: '%s' in %s has another shape than "
+                                         "the module's", fn, name, path);
+            else if (em_tensor_dtype(src) != em_tensor_dtype(dst))
+                s = em_backend_set_error(EM_ERR_DTYPE, "%s: '%s' in %s is %s, the module's is %s",
+                                         fn, name, path, em_dtype_name(em_tensor_dtype(src)),
+                                         em_dtype_name(em_tensor_dtype(dst)));
+            else if (pass == 1) {
+                em_device dd = em_tensor_device(dst), sd = em_tensor_device(src);
+                dd.autodiff = false;
+                dd.checkpointing = EM_CKPT_NONE;
+                em_tensor *moved = NULL;
+                if (dd.backend != sd.backend || dd.index != sd.index)
+                    s = em_to_device(src, dd, &moved);
+                if (s == EM_OK) s = em_tensor_assign(dst, moved ? moved : src);
+                em_tensor_release(moved);
+            }
+            em_tensor_release(src);
         }
-        if (s == EM_OK) s = em_tensor_assign(t, v);
-        em_tensor_release(v);
-        if (s != EM_OK) return s;
-    }
-    return EM_OK;
+    em_tensor_map_release(map);
+    em_params_release(st);
+    return s;
+}
+
+em_status nn_context(em_status s, const char *fmt, ...) {
+    char prev[512], head[256];
+    snprintf(prev, sizeof prev, "%s", em_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(head, sizeof head, fmt, ap);
+    va_end(ap);
+    return em_backend_set_error(s, "%s: %s", head, prev);
 }

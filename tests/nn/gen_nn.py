@@ -109,6 +109,53 @@ for cname, mk in cases.items():
         for n, p in m.named_parameters():
             put("%s.%d.%s" % (cname, step, n), p)
 
+# layers of the module interface (test_nn.c's test_more_layers), drawn after the optimizer
+# cases so that those keep their numbers
+layer_case("conv1d", nn.Conv1d(3, 4, 3, stride=2, padding=1).double(), (2, 3, 9),
+           ["weight", "bias"])
+layer_case("avgpool", nn.AvgPool2d(3, 2, padding=1).double(), (2, 3, 7, 7), [])
+layer_case("adaptive", nn.AdaptiveAvgPool2d((2, 3)).double(), (2, 3, 5, 7), [])
+
+
+class Residual(nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+res = Residual(nn.Sequential(nn.Linear(4, 4), nn.GELU())).double()
+x = rnd(3, 4).requires_grad_(True)
+put("residual.x", x)
+with torch.no_grad():
+    res.body[0].weight.copy_(rnd(4, 4))
+    res.body[0].bias.copy_(rnd(4))
+put("residual.body.0.weight", res.body[0].weight)
+put("residual.body.0.bias", res.body[0].bias)
+y = res(x)
+r = rnd(*y.shape)
+put("residual.r", r)
+(y * r).sum().backward()
+put("residual.y", y)
+put("residual.dx", x.grad)
+put("residual.dbody.0.weight", res.body[0].weight.grad)
+put("residual.dbody.0.bias", res.body[0].bias.grad)
+
+emb = nn.Embedding(7, 3).double()
+with torch.no_grad():
+    emb.weight.copy_(rnd(7, 3))
+idx = torch.tensor([[0, 6, 2], [2, 2, 5]])
+put("emb.weight", emb.weight)
+put("emb.idx", idx.double())
+y = emb(idx)
+r = rnd(*y.shape)
+put("emb.r", r)
+(y * r).sum().backward()
+put("emb.y", y)
+put("emb.dweight", emb.weight.grad)
+
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden_nn.txt")
 with open(path, "w") as f:
     f.write("# written by gen_nn.py (PyTorch %s, float64); do not edit\n" % torch.__version__)

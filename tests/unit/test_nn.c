@@ -9,9 +9,18 @@
  */
 #include "errcheck.h"
 
+#include <unistd.h>
+
 #include "ember/nn.h"
 
 #define TOL 1e-9
+
+/* fails unless the last error message contains `part` */
+#define expect_error_contains(part)                                                          \
+    do {                                                                                     \
+        if (!strstr(em_last_error(), (part)))                                                \
+            fail_msg("message \"%s\" lacks \"%s\"", em_last_error(), (part));             \
+    } while (0)
 
 /* ---- the golden file ---- */
 
@@ -229,6 +238,436 @@ static void test_layers(void **state) {
             run_layer("gelu", m, (const int64_t[]){3, 5}, 2, NULL, 0, dev);
             em_module_release(m);
         }
+}
+
+/* The layers written on the module interface: Conv1d, AvgPool2d (padding counted),
+ * AdaptiveAvgPool2d, a Residual around a Sequential (parameters named through two levels),
+ * Embedding (its weight's gradient). */
+static void test_more_layers(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    static const char *const wb[2] = {"weight", "bias"};
+    static const char *const body[2] = {"body.0.weight", "body.0.bias"};
+    for (size_t di = 0; di < nd; di++)
+        for (int c = 0; c < 2; c++) {
+            em_device dev = ad_of(list[di], c ? EM_CKPT_BALANCED : EM_CKPT_DISABLED);
+            em_module_opts o = f64_opts(dev);
+            em_module *m, *parts[2];
+            assert_int_equal(em_nn_conv1d(3, 4, 3, 2, 1, true, &o, &m), EM_OK);
+            run_layer("conv1d", m, (const int64_t[]){2, 3, 9}, 3, wb, 2, dev);
+            em_module_release(m);
+            assert_int_equal(em_nn_avg_pool2d(3, 2, 1, &m), EM_OK);
+            run_layer("avgpool", m, (const int64_t[]){2, 3, 7, 7}, 4, NULL, 0, dev);
+            em_module_release(m);
+            assert_int_equal(em_nn_adaptive_avg_pool2d(2, 3, &m), EM_OK);
+            run_layer("adaptive", m, (const int64_t[]){2, 3, 5, 7}, 4, NULL, 0, dev);
+            em_module_release(m);
+            assert_int_equal(em_nn_linear(4, 4, true, &o, &parts[0]), EM_OK);
+            assert_int_equal(em_nn_gelu(&parts[1]), EM_OK);
+            em_module *seq = NULL;
+            assert_int_equal(em_nn_sequential(parts, 2, &seq), EM_OK);
+            assert_int_equal(em_nn_residual(seq, &m), EM_OK);
+            run_layer("residual", m, (const int64_t[]){3, 4}, 2, body, 2, dev);
+            em_module_release(m);
+
+            assert_int_equal(em_nn_embedding(7, 3, &o, &m), EM_OK);
+            em_params *ps = NULL;
+            assert_int_equal(em_params_create(&ps), EM_OK);
+            assert_int_equal(em_module_params(m, NULL, ps), EM_OK);
+            assert_int_equal(em_params_count(ps), 1);
+            set_param(ps, "emb", "weight");
+            const garr *ia = gget("emb.idx");
+            int64_t iv[6];
+            for (int i = 0; i < 6; i++) iv[i] = (int64_t)ia->v[i];
+            em_tensor *idx = NULL, *y = NULL, *r = NULL, *yr = NULL, *loss = NULL, *gw = NULL;
+            assert_int_equal(em_tensor_from_data(iv, EM_I64, (const int64_t[]){2, 3}, 2,
+                                                 inner_of(dev), &idx), EM_OK);
+            assert_int_equal(em_module_forward(m, idx, true, &y), EM_OK);
+            expect_close(y, gget("emb.y"), TOL, "emb");
+            r = from(gget("emb.r"), em_tensor_shape(y), 3, inner_of(dev));
+            assert_int_equal(em_mul(y, r, &yr), EM_OK);
+            assert_int_equal(em_sum(yr, &loss), EM_OK);
+            em_grads *g = NULL;
+            assert_int_equal(em_backward(loss, &g), EM_OK);
+            assert_int_equal(em_grads_get(g, em_params_get(ps, 0), &gw), EM_OK);
+            expect_close(gw, gget("emb.dweight"), TOL, "emb");
+            em_tensor_release(gw);
+            em_grads_release(g);
+            em_tensor_release(loss);
+            em_tensor_release(yr);
+            em_tensor_release(r);
+            em_tensor_release(y);
+            em_tensor_release(idx);
+            em_params_release(ps);
+            em_module_release(m);
+        }
+}
+
+/* ---- a user's module: y = scale * inner(x) + offset, offset a buffer ---- */
+
+typedef struct scaled_data {
+    double scale;
+    int *released; /* counts calls of the class's release */
+} scaled_data;
+
+static em_status scaled_forward(em_module *self, const em_tensor *x, bool training,
+                                em_tensor **y) {
+    const scaled_data *d = em_module_data(self);
+    em_tensor *h = NULL, *k = NULL;
+    em_status s = em_module_forward(em_module_child(self, "inner"), x, training, &h);
+    if (s == EM_OK) s = em_mul_scalar_(h, d->scale, &k);
+    if (s == EM_OK) s = em_add_(k, em_module_get(self, "offset"), y);
+    return s;
+}
+
+static void scaled_describe(const em_module *self, char *buf, size_t cap) {
+    snprintf(buf, cap, "scale %g", ((const scaled_data *)em_module_data(self))->scale);
+}
+
+static void scaled_release(void *data) {
+    scaled_data *d = data;
+    ++*d->released;
+    free(d);
+}
+
+static const em_module_class scaled_class = {"Scaled", scaled_forward, scaled_describe,
+                                             scaled_release};
+
+static em_module *make_scaled(em_device dev, uint64_t seed, int64_t in_features, double scale,
+                              int *released) {
+    em_module_opts o = em_module_opts_default(dev, seed);
+    em_module *inner = NULL, *m = NULL;
+    assert_int_equal(em_nn_linear(in_features, 2, true, &o, &inner), EM_OK);
+    scaled_data *d = malloc(sizeof *d);
+    d->scale = scale;
+    d->released = released;
+    assert_int_equal(em_module_create(&scaled_class, d, &m), EM_OK);
+    assert_int_equal(em_module_add_child(m, "inner", inner), EM_OK);
+    em_tensor *off = NULL;
+    em_device in = inner_of(dev);
+    assert_int_equal(em_full((const int64_t[]){2}, 1, 0.25 * (double)seed, EM_F32, in, &off),
+                     EM_OK);
+    assert_int_equal(em_module_add_buffer(m, "offset", off), EM_OK);
+    return m;
+}
+
+static void expect_names(em_params *ps, const char *const *names, size_t n) {
+    assert_int_equal(em_params_count(ps), n);
+    for (size_t i = 0; i < n; i++) assert_string_equal(em_params_name(ps, i), names[i]);
+}
+
+static void test_module_interface(void **state) {
+    (void)state;
+    em_device dev;
+    assert_int_equal(em_device_parse("cpu+autodiff", &dev), EM_OK);
+    int released = 0;
+    em_module *parts[3];
+    parts[0] = make_scaled(dev, 1, 3, 2.0, &released);
+    assert_int_equal(em_nn_relu(&parts[1]), EM_OK);
+    parts[2] = make_scaled(dev, 2, 2, -1.0, &released);
+    em_module *model = NULL;
+    assert_int_equal(em_nn_sequential(parts, 3, &model), EM_OK);
+    assert_string_equal(em_module_type(model), "Sequential");
+    char desc[128];
+    em_module_describe(em_module_child(model, "0"), desc, sizeof desc);
+    assert_string_equal(desc, "Scaled(scale 2)");
+    em_module_describe(em_module_child(model, "0.inner"), desc, sizeof desc);
+    assert_string_equal(desc, "Linear(in 3, out 2, bias)");
+
+    /* names: parameters, buffers, state */
+    em_params *ps = NULL, *bs = NULL, *st = NULL;
+    assert_int_equal(em_params_create(&ps), EM_OK);
+    assert_int_equal(em_params_create(&bs), EM_OK);
+    assert_int_equal(em_params_create(&st), EM_OK);
+    assert_int_equal(em_module_params(model, "net", ps), EM_OK);
+    assert_int_equal(em_module_buffers(model, NULL, bs), EM_OK);
+    assert_int_equal(em_module_state(model, NULL, st), EM_OK);
+    expect_names(ps, (const char *const[]){"net.0.inner.weight", "net.0.inner.bias",
+                                           "net.2.inner.weight", "net.2.inner.bias"}, 4);
+    expect_names(bs, (const char *const[]){"0.offset", "2.offset"}, 2);
+    expect_names(st, (const char *const[]){"0.offset", "0.inner.weight", "0.inner.bias",
+                                           "2.offset", "2.inner.weight", "2.inner.bias"}, 6);
+    assert_ptr_equal(em_module_get(model, "2.inner.bias"), em_params_get(ps, 3));
+    assert_true(em_module_is_param(model, "0.inner.weight"));
+    assert_false(em_module_is_param(model, "0.offset"));
+    assert_non_null(em_module_get(model, "0.offset"));
+    assert_null(em_module_get(model, "0.inner.nothing"));
+    assert_null(em_module_get(model, "5.inner.weight"));
+    assert_null(em_module_child(model, "0.inner.weight"));
+    assert_true(em_tensor_requires_grad(em_params_get(ps, 0)));
+
+    /* forward = the same ops by hand; gradients reach the user's module's parameters */
+    float xv[6] = {0.5f, -1, 2, 0.25f, 1.5f, -0.75f};
+    em_device in = inner_of(dev);
+    em_tensor *x = NULL, *y = NULL, *want = NULL, *loss = NULL;
+    assert_int_equal(em_tensor_from_data(xv, EM_F32, (const int64_t[]){2, 3}, 2, in, &x), EM_OK);
+    assert_int_equal(em_module_forward(model, x, true, &y), EM_OK);
+    {
+        em_tensor *h = x, *t = NULL;
+        em_tensor_retain(h);
+        for (int k = 0; k < 2; k++) {
+            const char *wn = k ? "2.inner.weight" : "0.inner.weight";
+            const char *bn = k ? "2.inner.bias" : "0.inner.bias";
+            em_tensor *w = NULL, *b = NULL, *wt = NULL;
+            assert_int_equal(em_tensor_detach(em_module_get(model, wn), &w), EM_OK);
+            assert_int_equal(em_tensor_detach(em_module_get(model, bn), &b), EM_OK);
+            assert_int_equal(em_transpose(w, 0, 1, &wt), EM_OK);
+            assert_int_equal(em_matmul(h, wt, &t), EM_OK);
+            em_tensor_release(h);
+            assert_int_equal(em_add_(t, b, &h), EM_OK);
+            assert_int_equal(em_mul_scalar_(h, k ? -1.0 : 2.0, &t), EM_OK);
+            assert_int_equal(em_add_scalar_(t, k ? 0.5 : 0.25, &h), EM_OK);
+            if (!k) {
+                assert_int_equal(em_relu(h, &t), EM_OK);
+                em_tensor_release(h);
+                h = t;
+            }
+            em_tensor_release(w), em_tensor_release(b), em_tensor_release(wt);
+        }
+        want = h;
+    }
+    float got[4], exp_[4];
+    assert_int_equal(em_tensor_to_data(y, got, sizeof got), EM_OK);
+    assert_int_equal(em_tensor_to_data(want, exp_, sizeof exp_), EM_OK);
+    for (int i = 0; i < 4; i++) assert_float_equal(got[i], exp_[i], 1e-6);
+    assert_int_equal(em_sum(y, &loss), EM_OK);
+    em_grads *g = NULL;
+    assert_int_equal(em_backward(loss, &g), EM_OK);
+    for (size_t i = 0; i < 4; i++) {
+        em_tensor *gp = NULL;
+        assert_int_equal(em_grads_get(g, em_params_get(ps, i), &gp), EM_OK);
+        em_tensor_release(gp);
+    }
+    em_grads_release(g);
+    em_tensor_release(loss);
+
+    /* save, load into a model drawn from other seeds: the same outputs */
+    char path[512];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/ember_test_module_XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(em_module_save(model, path), EM_OK);
+    em_module *p2[3];
+    p2[0] = make_scaled(dev, 5, 3, 2.0, &released);
+    assert_int_equal(em_nn_relu(&p2[1]), EM_OK);
+    p2[2] = make_scaled(dev, 6, 2, -1.0, &released);
+    em_module *model2 = NULL;
+    assert_int_equal(em_nn_sequential(p2, 3, &model2), EM_OK);
+    em_tensor *y2 = NULL;
+    assert_int_equal(em_module_forward(model2, x, false, &y2), EM_OK);
+    assert_int_equal(em_tensor_to_data(y2, got, sizeof got), EM_OK);
+    assert_true(fabsf(got[0] - exp_[0]) > 1e-4f || fabsf(got[1] - exp_[1]) > 1e-4f);
+    em_tensor_release(y2);
+    em_tensor *w2 = em_module_get(model2, "0.inner.weight");
+    assert_int_equal(em_module_load(model2, path), EM_OK);
+    assert_ptr_equal(em_module_get(model2, "0.inner.weight"), w2); /* in place */
+    assert_true(em_tensor_requires_grad(w2));
+    assert_int_equal(em_module_forward(model2, x, false, &y2), EM_OK);
+    assert_int_equal(em_tensor_to_data(y2, got, sizeof got), EM_OK);
+    for (int i = 0; i < 4; i++) assert_float_equal(got[i], exp_[i], 0);
+    em_tensor_release(y2);
+
+    /* a file that does not fit: errors, and nothing changes */
+    em_module *lin = NULL;
+    em_module_opts o = em_module_opts_default(dev, 9);
+    assert_int_equal(em_nn_linear(3, 2, true, &o, &lin), EM_OK);
+    assert_int_equal(em_module_load(lin, path), EM_ERR_IO); /* 6 tensors, not 2 */
+    expect_error_contains("holds 6 tensors");
+    em_module *lin4 = NULL;
+    assert_int_equal(em_nn_linear(3, 4, true, &o, &lin4), EM_OK);
+    assert_int_equal(em_module_save(lin4, path), EM_OK);
+    float before[6], after[6];
+    assert_int_equal(em_tensor_to_data(em_module_get(lin, "weight"), before, sizeof before),
+                     EM_OK);
+    assert_int_equal(em_module_load(lin, path), EM_ERR_SHAPE);
+    expect_error_contains("'weight'");
+    assert_int_equal(em_tensor_to_data(em_module_get(lin, "weight"), after, sizeof after), EM_OK);
+    assert_memory_equal(before, after, sizeof before);
+    assert_int_equal(em_module_load(lin, "/nonexistent/dir/file.safetensors"), EM_ERR_IO);
+    em_module_release(lin4);
+    unlink(path);
+
+    /* errors name the modules, outermost first */
+    em_module *two[2];
+    assert_int_equal(em_nn_linear(3, 4, true, &o, &two[0]), EM_OK);
+    assert_int_equal(em_nn_linear(5, 2, true, &o, &two[1]), EM_OK);
+    em_module *bad = NULL;
+    assert_int_equal(em_nn_sequential(two, 2, &bad), EM_OK);
+    em_tensor *yb = NULL;
+    assert_int_equal(em_module_forward(bad, x, true, &yb), EM_ERR_SHAPE);
+    assert_null(yb);
+    expect_error_contains("Sequential(2 modules) > Linear(in 5, out 2, bias): the input's dim 1 "
+                          "must be 5");
+    expect_error_contains("got [2, 4]");
+    em_module_release(bad);
+
+    /* the rules of names and ownership (ASan: nothing leaks, nothing is freed twice) */
+    em_tensor *t = NULL;
+    assert_int_equal(em_zeros((const int64_t[]){2}, 1, EM_F32, in, &t), EM_OK);
+    assert_int_equal(em_module_add_param(lin, "a.b", t), EM_ERR_ARG); /* consumed */
+    expect_error_contains("'.'");
+    assert_int_equal(em_zeros((const int64_t[]){2}, 1, EM_F32, in, &t), EM_OK);
+    assert_int_equal(em_module_add_buffer(lin, "weight", t), EM_ERR_ARG);
+    expect_error_contains("already has a parameter named 'weight'");
+    assert_int_equal(em_zeros((const int64_t[]){2}, 1, EM_F32, in, &t), EM_OK);
+    assert_int_equal(em_module_add_param(lin, "", t), EM_ERR_ARG);
+    assert_int_equal(em_module_add_param(lin, "x", NULL), EM_ERR_ARG);
+    assert_int_equal(em_module_add_child(lin, "self", lin), EM_ERR_ARG); /* not consumed */
+    expect_error_contains("contain itself");
+    em_module *relu = NULL;
+    assert_int_equal(em_nn_relu(&relu), EM_OK);
+    assert_int_equal(em_module_add_child(lin, "bias", relu), EM_ERR_ARG); /* consumed */
+    em_module *noop = NULL;
+    static const em_module_class nameless = {NULL, scaled_forward, NULL, NULL};
+    static const em_module_class noforward = {"X", NULL, NULL, NULL};
+    assert_int_equal(em_module_create(&nameless, NULL, &noop), EM_ERR_ARG);
+    assert_int_equal(em_module_create(&noforward, NULL, &noop), EM_ERR_ARG);
+    assert_null(noop);
+    assert_null(em_module_data(NULL));
+    assert_null(em_module_type(NULL));
+    em_module_describe(NULL, desc, sizeof desc);
+    assert_string_equal(desc, "");
+    em_module_release(lin);
+
+    /* a module listed twice in a Sequential: an error, and it is released once */
+    em_module *twice[2];
+    assert_int_equal(em_nn_relu(&twice[0]), EM_OK);
+    twice[1] = twice[0];
+    em_module *seq2 = NULL;
+    assert_int_equal(em_nn_sequential(twice, 2, &seq2), EM_ERR_ARG);
+
+    /* weight tying: a parameter of two modules is listed once, saved under both names */
+    em_module *tied = NULL, *emb = NULL, *head = NULL;
+    static const em_module_class holder = {"Holder", scaled_forward, NULL, NULL};
+    assert_int_equal(em_module_create(&holder, NULL, &tied), EM_OK);
+    assert_int_equal(em_nn_embedding(5, 3, &o, &emb), EM_OK);
+    assert_int_equal(em_nn_linear(3, 5, false, &o, &head), EM_OK);
+    em_tensor *ew = em_module_get(emb, "weight");
+    em_tensor_retain(ew);
+    assert_int_equal(em_module_set(head, "weight", ew), EM_OK);
+    assert_ptr_equal(em_module_get(head, "weight"), ew);
+    assert_int_equal(em_module_add_child(tied, "emb", emb), EM_OK);
+    assert_int_equal(em_module_add_child(tied, "head", head), EM_OK);
+    em_params *tp = NULL, *ts = NULL;
+    assert_int_equal(em_params_create(&tp), EM_OK);
+    assert_int_equal(em_params_create(&ts), EM_OK);
+    assert_int_equal(em_module_params(tied, NULL, tp), EM_OK);
+    assert_int_equal(em_module_state(tied, NULL, ts), EM_OK);
+    expect_names(tp, (const char *const[]){"emb.weight"}, 1);
+    expect_names(ts, (const char *const[]){"emb.weight", "head.weight"}, 2);
+    assert_int_equal(em_zeros((const int64_t[]){2}, 1, EM_F32, in, &t), EM_OK);
+    assert_int_equal(em_module_set(tied, "head.nothing", t), EM_ERR_ARG);
+    em_params_release(tp);
+    em_params_release(ts);
+    em_module_release(tied);
+    em_module_release(model2);
+    assert_int_equal(released, 2); /* model2's two Scaled */
+
+    em_tensor_release(want);
+    em_tensor_release(y);
+    em_tensor_release(x);
+    em_params_release(ps);
+    em_params_release(bs);
+    em_params_release(st);
+    em_module_release(model);
+    assert_int_equal(released, 4);
+}
+
+/* A no-grad scope on every autodiff device: an eval pass records nothing (the bytes in use
+ * grow by the output's alone, where a recorded pass keeps its saved activations), its result
+ * is untracked, and it equals the inner device's output bit for bit. */
+static void test_no_grad(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    assert_true(em_is_grad_enabled());
+    for (size_t di = 0; di < nd; di++) {
+        em_device inner = list[di];
+        em_device dev = ad_of(inner, EM_CKPT_DISABLED);
+        assert_int_equal(em_device_inner(dev).backend, inner.backend);
+        assert_false(em_device_inner(dev).autodiff);
+        em_module *m[4], *model = NULL, *plain = NULL;
+        for (int k = 0; k < 2; k++) {
+            em_module_opts o = em_module_opts_default(k ? inner : dev, 3);
+            em_module *mm[4];
+            assert_int_equal(em_nn_linear(64, 256, true, &o, &mm[0]), EM_OK);
+            assert_int_equal(em_nn_gelu(&mm[1]), EM_OK);
+            assert_int_equal(em_nn_layer_norm(256, &o, &mm[2]), EM_OK);
+            o.seed = 4;
+            assert_int_equal(em_nn_linear(256, 32, true, &o, &mm[3]), EM_OK);
+            assert_int_equal(em_nn_sequential(mm, 4, k ? &plain : &model), EM_OK);
+            if (!k) memcpy(m, mm, sizeof m);
+        }
+        em_tensor *x = NULL, *y = NULL, *yp = NULL;
+        assert_int_equal(em_rand_normal((const int64_t[]){128, 64}, 2, EM_F32, 0, 1, 11, inner,
+                                        &x), EM_OK);
+        em_memory_stats before, after;
+        assert_int_equal(em_device_memory(dev, &before), EM_OK);
+        assert_true(em_set_grad_enabled(false)); /* was on */
+        assert_false(em_is_grad_enabled());
+        assert_int_equal(em_module_forward(model, x, false, &y), EM_OK);
+        assert_false(em_set_grad_enabled(true));
+        assert_int_equal(em_device_memory(dev, &after), EM_OK);
+        assert_false(em_tensor_is_tracked(y));
+        assert_true(em_tensor_device(y).autodiff);
+        size_t ybytes = 128 * 32 * sizeof(float);
+        if (after.bytes_in_use - before.bytes_in_use > ybytes + 4096)
+            fail_msg("%s: a no-grad forward kept %zu bytes, its output is %zu",
+                     em_backend_name(inner.backend), after.bytes_in_use - before.bytes_in_use,
+                     ybytes);
+        /* recording keeps more: the check above can fail */
+        em_tensor *yr = NULL;
+        assert_int_equal(em_module_forward(model, x, false, &yr), EM_OK);
+        assert_true(em_tensor_is_tracked(yr));
+        em_memory_stats rec;
+        assert_int_equal(em_device_memory(dev, &rec), EM_OK);
+        assert_true(rec.bytes_in_use - after.bytes_in_use > 2 * ybytes + 4096);
+        em_tensor_release(yr);
+        /* the same as the inner device's, bit for bit */
+        assert_int_equal(em_module_forward(plain, x, false, &yp), EM_OK);
+        em_params *a = NULL, *b = NULL;
+        assert_int_equal(em_params_create(&a), EM_OK);
+        assert_int_equal(em_params_create(&b), EM_OK);
+        assert_int_equal(em_module_params(model, NULL, a), EM_OK);
+        assert_int_equal(em_module_params(plain, NULL, b), EM_OK);
+        for (size_t i = 0; i < em_params_count(a); i++)
+            assert_int_equal(em_tensor_assign(em_params_get(b, i), em_params_get(a, i)), EM_OK);
+        em_tensor_release(yp);
+        assert_int_equal(em_module_forward(plain, x, false, &yp), EM_OK);
+        float *u = malloc(ybytes), *v = malloc(ybytes);
+        assert_int_equal(em_tensor_to_data(y, u, ybytes), EM_OK);
+        assert_int_equal(em_tensor_to_data(yp, v, ybytes), EM_OK);
+        assert_memory_equal(u, v, ybytes);
+        free(u), free(v);
+        /* made in the scope: untracked; require_grad makes it a leaf */
+        em_tensor *c = NULL;
+        em_set_grad_enabled(false);
+        assert_int_equal(em_zeros((const int64_t[]){3}, 1, EM_F32, dev, &c), EM_OK);
+        em_set_grad_enabled(true);
+        assert_false(em_tensor_is_tracked(c));
+        assert_int_equal(em_tensor_require_grad(c), EM_OK);
+        assert_true(em_tensor_requires_grad(c));
+        em_tensor_release(c);
+        /* a loss made from a no-grad result reaches no parameter */
+        em_tensor *s = NULL;
+        em_grads *g = NULL;
+        assert_int_equal(em_sum(y, &s), EM_OK); /* recording again, but y is a constant */
+        em_status bs = em_backward(s, &g);
+        if (bs == EM_OK) {
+            em_tensor *gw = NULL;
+            assert_int_equal(em_grads_get(g, em_params_get(a, 0), &gw), EM_OK);
+            assert_null(gw);
+            em_grads_release(g);
+        }
+        em_tensor_release(s);
+        em_params_release(a), em_params_release(b);
+        em_tensor_release(y), em_tensor_release(yp), em_tensor_release(x);
+        em_module_release(model), em_module_release(plain);
+        (void)m;
+    }
 }
 
 static em_tensor *labels(const garr *a, em_device dev) {
@@ -619,7 +1058,8 @@ int main(void) {
         cmocka_unit_test(test_layers),     cmocka_unit_test(test_losses),
         cmocka_unit_test(test_optimizers), cmocka_unit_test(test_assign),
         cmocka_unit_test(test_dropout_init_schedule), cmocka_unit_test(test_training),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_errors),      cmocka_unit_test(test_more_layers),
+        cmocka_unit_test(test_module_interface), cmocka_unit_test(test_no_grad),
     };
     return cmocka_run_group_tests(tests, load_golden, free_golden);
 }
