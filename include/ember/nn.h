@@ -76,8 +76,10 @@ typedef struct em_module_opts {
     em_dtype dtype; /* a float dtype */
     em_init init;
     uint64_t seed;  /* the parameters' random numbers; each tensor of a layer gets its own
-                       derived seed, but two layers built with one seed draw the same numbers:
-                       give each layer its own (as ember-train does) */
+                       derived seed, and every constructor that draws numbers advances it
+                       (seed = a hash of seed), so that successive layers built from one opts
+                       differ, as successive torch layers do; a copy of the struct taken
+                       before builds the same layer again */
 } em_module_opts;
 
 /** EM_F32, EM_INIT_KAIMING_UNIFORM on dev with seed. */
@@ -95,7 +97,7 @@ em_module_opts em_module_opts_default(em_device dev, uint64_t seed);
  *
  * Constructors write a new module to *out (release with em_module_release). opts may be NULL
  * for layers without parameters and means em_module_opts_default(em_device_default(), 0)
- * otherwise. Train or eval behaviour (dropout, batch norm) is chosen per call by
+ * otherwise; a constructor that draws random numbers advances opts->seed on success. Train or eval behaviour (dropout, batch norm) is chosen per call by
  * em_module_forward's `training`, which a module passes on to its children: there is no
  * second copy of a model for evaluation.
  *
@@ -207,13 +209,13 @@ void em_module_release(em_module *m);
 /** y = x W^T + b: weight [out, in], bias [out] (when bias). x [..., in]. EM_ERR_ARG for
  *  sizes < 1, a non-float dtype or NULL out. */
 em_status em_nn_linear(int64_t in_features, int64_t out_features, bool bias,
-                       const em_module_opts *opts, em_module **out);
+                       em_module_opts *opts, em_module **out);
 /** A square-kernel convolution: weight [out_ch, in_ch, k, k], bias [out_ch]; x [N, in_ch, H, W]. */
 em_status em_nn_conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
-                       int64_t padding, bool bias, const em_module_opts *opts, em_module **out);
+                       int64_t padding, bool bias, em_module_opts *opts, em_module **out);
 /** A 1-d convolution: weight [out_ch, in_ch, k], bias [out_ch]; x [N, in_ch, L]. */
 em_status em_nn_conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
-                       int64_t padding, bool bias, const em_module_opts *opts, em_module **out);
+                       int64_t padding, bool bias, em_module_opts *opts, em_module **out);
 /** Max pooling with a square kernel; stride 0 means equal to kernel. */
 em_status em_nn_max_pool2d(int64_t kernel, int64_t stride, em_module **out);
 /** Average pooling with a square kernel (torch.nn.AvgPool2d: padding counted in the average);
@@ -228,11 +230,11 @@ em_status em_nn_flatten(em_module **out);
 em_status em_nn_dropout(double p, uint64_t seed, em_module **out);
 /** Layer normalization over the last dim of size `size` (eps 1e-5), with weight (ones) and
  *  bias (zeros) parameters. */
-em_status em_nn_layer_norm(int64_t size, const em_module_opts *opts, em_module **out);
+em_status em_nn_layer_norm(int64_t size, em_module_opts *opts, em_module **out);
 /** A lookup table: weight [num_embeddings, dim] drawn from N(0, 1) (torch.nn.Embedding); x
  *  an integer tensor of indices, y x's shape + [dim]. Tie it to an output layer by making the
  *  same tensor that layer's weight (em_module_get, em_tensor_retain, em_module_add_param). */
-em_status em_nn_embedding(int64_t num_embeddings, int64_t dim, const em_module_opts *opts,
+em_status em_nn_embedding(int64_t num_embeddings, int64_t dim, em_module_opts *opts,
                           em_module **out);
 em_status em_nn_relu(em_module **out);
 /** The exact (erf) GELU. */

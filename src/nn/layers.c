@@ -95,6 +95,14 @@ static em_status nn_done(em_status s, em_module *m, em_module **out) {
     return EM_OK;
 }
 
+/* nn_done for a constructor that drew numbers from opts: the next layer gets others. */
+static em_status nn_done_drawn(em_status s, em_module *m, em_module **out,
+                               em_module_opts *opts) {
+    s = nn_done(s, m, out);
+    if (s == EM_OK && opts) opts->seed = nn_derive(opts->seed, 0x5eedull);
+    return s;
+}
+
 static const char *nn_shape_str(const em_tensor *t, char *buf, size_t cap) {
     int r = em_tensor_rank(t);
     const int64_t *sh = em_tensor_shape(t);
@@ -158,7 +166,7 @@ static void linear_describe(const em_module *self, char *buf, size_t cap) {
 static const em_module_class linear_class = {"Linear", linear_forward, linear_describe, free};
 
 em_status em_nn_linear(int64_t in_features, int64_t out_features, bool bias,
-                       const em_module_opts *opts, em_module **out) {
+                       em_module_opts *opts, em_module **out) {
     static const char fn[] = "em_nn_linear";
     if (!out) return nn_null(fn, "out");
     if (in_features < 1 || out_features < 1)
@@ -172,7 +180,8 @@ em_status em_nn_linear(int64_t in_features, int64_t out_features, bool bias,
     d->in = in_features;
     d->out = out_features;
     int64_t ws[2] = {out_features, in_features};
-    return nn_done(nn_weight_bias(fn, m, &o, ws, 2, in_features, out_features, bias), m, out);
+    return nn_done_drawn(nn_weight_bias(fn, m, &o, ws, 2, in_features, out_features, bias), m,
+                         out, opts);
 }
 
 /* ---- Conv1d, Conv2d ---- */
@@ -206,7 +215,7 @@ static const em_module_class conv2d_class = {"Conv2d", conv_forward, conv_descri
 
 static em_status nn_conv(const char *fn, int dims, int64_t in_channels, int64_t out_channels,
                          int64_t kernel, int64_t stride, int64_t padding, bool bias,
-                         const em_module_opts *opts, em_module **out) {
+                         em_module_opts *opts, em_module **out) {
     if (!out) return nn_null(fn, "out");
     if (in_channels < 1 || out_channels < 1 || kernel < 1 || stride < 1 || padding < 0)
         return em_backend_set_error(EM_ERR_ARG,
@@ -222,19 +231,19 @@ static em_status nn_conv(const char *fn, int dims, int64_t in_channels, int64_t 
     *d = (conv_data){dims, in_channels, out_channels, kernel, stride, padding};
     int64_t ws[4] = {out_channels, in_channels, kernel, kernel};
     int64_t area = dims == 1 ? kernel : kernel * kernel;
-    return nn_done(nn_weight_bias(fn, m, &o, ws, dims + 2, in_channels * area,
-                                  out_channels * area, bias),
-                   m, out);
+    return nn_done_drawn(nn_weight_bias(fn, m, &o, ws, dims + 2, in_channels * area,
+                                        out_channels * area, bias),
+                         m, out, opts);
 }
 
 em_status em_nn_conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
-                       int64_t padding, bool bias, const em_module_opts *opts, em_module **out) {
+                       int64_t padding, bool bias, em_module_opts *opts, em_module **out) {
     return nn_conv("em_nn_conv2d", 2, in_channels, out_channels, kernel, stride, padding, bias,
                    opts, out);
 }
 
 em_status em_nn_conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
-                       int64_t padding, bool bias, const em_module_opts *opts, em_module **out) {
+                       int64_t padding, bool bias, em_module_opts *opts, em_module **out) {
     return nn_conv("em_nn_conv1d", 1, in_channels, out_channels, kernel, stride, padding, bias,
                    opts, out);
 }
@@ -438,7 +447,7 @@ static void norm_describe(const em_module *self, char *buf, size_t cap) {
 static const em_module_class layernorm_class = {"LayerNorm", layernorm_forward, norm_describe,
                                                 free};
 
-em_status em_nn_layer_norm(int64_t size, const em_module_opts *opts, em_module **out) {
+em_status em_nn_layer_norm(int64_t size, em_module_opts *opts, em_module **out) {
     static const char fn[] = "em_nn_layer_norm";
     if (!out) return nn_null(fn, "out");
     if (size < 1)
@@ -479,7 +488,7 @@ static void embedding_describe(const em_module *self, char *buf, size_t cap) {
 static const em_module_class embedding_class = {"Embedding", embedding_forward,
                                                 embedding_describe, free};
 
-em_status em_nn_embedding(int64_t num_embeddings, int64_t dim, const em_module_opts *opts,
+em_status em_nn_embedding(int64_t num_embeddings, int64_t dim, em_module_opts *opts,
                           em_module **out) {
     static const char fn[] = "em_nn_embedding";
     if (!out) return nn_null(fn, "out");
@@ -503,7 +512,7 @@ em_status em_nn_embedding(int64_t num_embeddings, int64_t dim, const em_module_o
         em_module_release(m);
         return nn_context(s, "%s: creating a parameter", fn);
     }
-    return nn_done(em_module_add_param(m, "weight", w), m, out);
+    return nn_done_drawn(em_module_add_param(m, "weight", w), m, out, opts);
 }
 
 /* ---- Sequential, Residual ---- */

@@ -566,6 +566,21 @@ static void test_module_interface(void **state) {
     em_module_release(model2);
     assert_int_equal(released, 2); /* model2's two Scaled */
 
+    /* two layers from one opts differ; a copy of the opts taken before rebuilds the first */
+    em_module_opts so = em_module_opts_default(in, 42), copy = so;
+    em_module *l[3];
+    assert_int_equal(em_nn_linear(4, 4, true, &so, &l[0]), EM_OK);
+    assert_true(so.seed != copy.seed);
+    assert_int_equal(em_nn_linear(4, 4, true, &so, &l[1]), EM_OK);
+    assert_int_equal(em_nn_linear(4, 4, true, &copy, &l[2]), EM_OK);
+    float w0[16], w1[16], w3[16];
+    assert_int_equal(em_tensor_to_data(em_module_get(l[0], "weight"), w0, sizeof w0), EM_OK);
+    assert_int_equal(em_tensor_to_data(em_module_get(l[1], "weight"), w1, sizeof w1), EM_OK);
+    assert_int_equal(em_tensor_to_data(em_module_get(l[2], "weight"), w3, sizeof w3), EM_OK);
+    assert_true(memcmp(w0, w1, sizeof w0) != 0);
+    assert_memory_equal(w0, w3, sizeof w0);
+    for (int i = 0; i < 3; i++) em_module_release(l[i]);
+
     em_tensor_release(want);
     em_tensor_release(y);
     em_tensor_release(x);
