@@ -255,7 +255,15 @@ em_status em_tensor_item(const em_tensor *t, double *out);
  * 5. Moving and converting
  * ====================================================================================== */
 
-/** A copy of t on dev (a new reference to t itself when dev is t's device). */
+/** A copy of t on dev (a new reference to t itself when dev is t's device). Autodiff across
+ *  the move:
+ *   - tracked t to an autodiff device: the copy is tracked, gradients flow back to t's device,
+ *     and the copy follows dev's checkpointing strategy from there on;
+ *   - untracked t to an autodiff device: a constant of the graph there;
+ *   - t through which gradients flow (the result of a recorded op, or a leaf that requires
+ *     grad) to a device without autodiff: EM_ERR_STATE, since the copy would silently leave
+ *     the graph; ask for that with em_tensor_detach first (or move it in a no-grad scope).
+ *     A constant of the graph moves as a plain value, keeping its checkpointing mark. */
 em_status em_to_device(const em_tensor *t, em_device dev, em_tensor **out);
 /** t converted to dt (floats to ints truncate toward zero; to bool: != 0). Quantized dtypes
  *  are not cast targets: EM_ERR_DTYPE (use em_quantize). A new reference to t when the dtype

@@ -73,6 +73,10 @@ em_status emi_ad_created(em_tensor *t, em_device dev);
 
 /** True when t is part of a graph. */
 static inline bool emi_ad_tracked(const em_tensor *t) { return t->ad != NULL; }
+/** True when gradients may flow through t: the result of a recorded op, or a leaf that
+ *  requires grad (a constant of the graph is tracked but is neither). The name of its op, or
+ *  "a leaf that requires grad", into *what. */
+bool emi_ad_in_graph(const em_tensor *t, const char **what);
 
 /* ---- writing backward rules ---- */
 

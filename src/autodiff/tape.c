@@ -46,6 +46,16 @@ em_status emi_ad_begin(const char *fn, const em_tensor *const *ins, int n, emi_a
     return EM_OK;
 }
 
+bool emi_ad_in_graph(const em_tensor *t, const char **what) {
+    if (!t->ad) return false;
+    if (t->ad->rule) {
+        *what = t->ad->rule->name;
+        return true;
+    }
+    *what = "a leaf that requires grad";
+    return t->ad->requires_grad;
+}
+
 em_status emi_ad_untracked_view(const em_tensor *t, em_tensor **out) {
     em_tensor *v;
     EMI_TRY(emi_view_tensor(t, t->v.shape, t->v.strides, t->v.rank, t->v.offset, &v));

@@ -254,6 +254,17 @@ em_status em_to_device(const em_tensor *t, em_device dev, em_tensor **out) {
         *out = (em_tensor *)t;
         return EM_OK;
     }
+    const char *what = NULL;
+    const bool record = em_is_grad_enabled();
+    if (record && !dev.autodiff && emi_ad_in_graph(t, &what)) {
+        char dn[64] = "?";
+        em_device_name(dev, dn, sizeof dn);
+        return emi_fail(EM_ERR_STATE,
+                        "%s: the tensor is tracked (%s%s); on %s, a device without autodiff, it "
+                        "would be cut from the graph: em_tensor_detach it first (or move it in a "
+                        "no-grad scope)", fn, strchr(what, ' ') ? "" : "the result of ", what,
+                        dn);
+    }
     em_tensor *o = NULL;
     if (t->dev.backend == dev.backend && t->dev.index == dev.index) {
         /* Same memory, another autodiff wrapping: a view over the same storage. */
@@ -276,7 +287,7 @@ em_status em_to_device(const em_tensor *t, em_device dev, em_tensor **out) {
     o->dev = dev;
     o->ckpt = EM_CKPT_NONE;
     em_status s;
-    if (t->ad && dev.autodiff && emi_kind(t->dtype) == EM_KIND_FLOAT) {
+    if (t->ad && record && dev.autodiff && emi_kind(t->dtype) == EM_KIND_FLOAT) {
         /* Tracked on both sides: gradients flow back to the source device. */
         emi_ad_op ad = {true, dev.checkpointing, dev};
         em_device src = t->dev;

@@ -511,10 +511,25 @@ static void test_to_device(void **state) {
     em_tensor_release(gx);
     em_grads_release(g);
 
-    /* to a plain device: an untracked copy */
-    em_tensor *p = NULL;
+    /* to a plain device: refused while it would cut the graph silently (issue 14); a
+     * detached tensor or a no-grad scope moves it, untracked */
+    em_tensor *p = NULL, *xd = NULL;
+    EXPECT_FAIL(EM_ERR_STATE, "em_tensor_detach", em_to_device(x, fake_dev(), &p));
+    EXPECT_FAIL(EM_ERR_STATE, "the result of mul", em_to_device(z2, fake_dev(), &p));
+    OK(em_tensor_detach(x, &xd));
+    OK(em_to_device(xd, fake_dev(), &p));
+    CHECK(!em_tensor_is_tracked(p), "a detached tensor moved to a plain device: untracked");
+    em_tensor_release(p);
+    em_tensor_release(xd);
+    bool was = em_set_grad_enabled(false);
     OK(em_to_device(x, fake_dev(), &p));
+    em_set_grad_enabled(was);
     CHECK(!em_tensor_is_tracked(p), "moved to a device without autodiff: untracked");
+    em_tensor *c = NULL, *cp = NULL; /* a constant of the graph moves freely */
+    OK(em_zeros((const int64_t[]){2}, 1, EM_F32, ad, &c));
+    OK(em_to_device(c, fake_dev(), &cp));
+    em_tensor_release(cp);
+    em_tensor_release(c);
 
     em_tensor_release(p);
     em_tensor_release(l2);
