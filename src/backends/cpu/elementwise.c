@@ -44,6 +44,9 @@
             o[i] = a_ != a_ ? a_ : (b_ != b_ ? b_ : (a_ <= b_ ? a_ : b_));                      \
         }                                                                                      \
         break;                                                                                 \
+    case EM_BIN_ATAN2: /* libm in double, as sin and cos (f32 rounded once) */                 \
+        for (int64_t i = 0; i < n; i++) o[i] = (T)atan2((double)(A), (double)(B));            \
+        break;                                                                                 \
     default: break;                                                                            \
     }
 
@@ -170,6 +173,7 @@ static inline int64_t rem_int(int64_t a, int64_t b) {
     case EM_BIN_MIN: for (int64_t i = 0; i < n; i++) o[i] = (A) <= (B) ? (A) : (B); break;     \
     case EM_BIN_AND: for (int64_t i = 0; i < n; i++) o[i] = (A) != 0 && (B) != 0; break;       \
     case EM_BIN_OR: for (int64_t i = 0; i < n; i++) o[i] = (A) != 0 || (B) != 0; break;        \
+    case EM_BIN_XOR: for (int64_t i = 0; i < n; i++) o[i] = ((A) != 0) != ((B) != 0); break;   \
     default: break;                                                                            \
     }
 
@@ -249,10 +253,11 @@ static bool binary_native(em_binary_op op, const em_view *out, const em_view *a,
     if (dt == EM_F32 || cpu_is_half(dt)) j.row = bin_row_f32;
     else if (dt == EM_F64) j.row = bin_row_f64;
     else {
-        if (op == EM_BIN_POW) return false; /* float-only: the core never asks */
+        if (op == EM_BIN_POW || op == EM_BIN_ATAN2) return false; /* float-only: never asked */
         j.row = bin_row_int;
     }
-    if (cpu_is_float_dt(dt) && (op == EM_BIN_AND || op == EM_BIN_OR)) return false;
+    if (cpu_is_float_dt(dt) && (op == EM_BIN_AND || op == EM_BIN_OR || op == EM_BIN_XOR))
+        return false;
     if (cpu_sb_run(&j.it, op, dt, dt == EM_F64 ? bin_sb_f64 : bin_sb_f32, CPU_GRAIN,
                    cpu_parallel_for))
         return true;
