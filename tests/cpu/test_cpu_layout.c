@@ -198,8 +198,8 @@ static double tol_of(em_dtype dt, em_binary_op op) {
 }
 
 static bool op_ok(em_binary_op op, em_dtype dt) {
-    if (op == EM_BIN_AND || op == EM_BIN_OR) return dt == EM_BOOL;
-    if (op == EM_BIN_POW) return ct_is_float(dt);
+    if (op == EM_BIN_AND || op == EM_BIN_OR || op == EM_BIN_XOR) return dt == EM_BOOL;
+    if (op == EM_BIN_POW || op == EM_BIN_ATAN2) return ct_is_float(dt);
     if (dt == EM_BOOL) return op >= EM_BIN_EQ;
     return true;
 }

@@ -69,10 +69,30 @@ static inline float cpu_coshf(float x) {
 static inline float cpu_log2f(float x) { return cpu_logf(x) * 1.44269504088896341f; }
 static inline float cpu_log10f(float x) { return cpu_logf(x) * 0.434294481903251828f; }
 
-/* PyTorch's softplus: x where beta x > threshold, log1p(e^(beta x)) / beta else. */
+/* The rounding error of a*b: a*b = h + cpu_prod_lo(a, b, h) exactly (no overflow in the
+ * split: |a|, |b| < 2^100 or the caller ignores the result). */
+static inline float cpu_prod_lo(float a, float b, float h) {
+#if CPU_HAVE_FMA
+    return fmaf(a, b, -h);
+#else
+    float ca = 4097.0f * a, cb = 4097.0f * b; /* Veltkamp's split, as cpu_sqr_lo */
+    float ah = ca - (ca - a), al = a - ah, bh = cb - (cb - b), bl = b - bh;
+    return ((ah * bh - h) + ah * bl + al * bh) + al * bl;
+#endif
+}
+
+/* PyTorch's softplus: x where beta x > threshold, log1p(e^(beta x)) / beta else. e^(beta x)
+ * is taken of the exact product (its rounding error passed to the exp's reduction), so that
+ * the far negative tail, where softplus = e^(beta x) / beta, keeps its relative accuracy
+ * whatever beta (PyTorch's float kernel rounds beta x first: ~|beta x| ulps there). */
 static inline float cpu_softplusf(float x, float beta, float thr) {
     float bx = x * beta;
-    float y = cpu_log1pf(cpu_expf(bx)) / beta;
+    float bc = bx > -104.0f ? bx : -104.0f; /* NaN to -104 too: answered last */
+    bc = bc < 89.0f ? bc : 89.0f;
+    float lo = bc == bx ? cpu_prod_lo(x, beta, bx) : 0.0f;
+    float s2, hi = cpu_expf_2(bc, lo, &s2);
+    float y = cpu_log1pf(hi * s2) / beta;
+    y = bx != bx ? bx : y;
     return bx > thr ? x : y;
 }
 

@@ -591,7 +591,7 @@ for op, (ref, gen) in MORE_UNARY.items():
 # domain edges and far values
 add("asin", [T("f32", [1.0, -1.0, 1.0000001, -1.5, 0.5, 1e-30])], np.arcsin, tag="f32-edges")
 add("acos", [T("f64", [1.0, -1.0, 1.0000000001, -2.0, 0.0])], np.arccos, tag="f64-edges")
-add("acos", [T("f16", [1.0, -1.0, 0.999, -0.999])], np.arccos, tag="f16-edges")
+add("acos", [T("f16", [1.0, -1.0, 0.999, -0.999, 1.5])], np.arccos, tag="f16-edges")
 add("tan", [T("f32", [1.5707963, -1.5707963, 10.0, -100.0, 1e-20])], np.tan, tag="f32-far")
 for dt in ("f32", "f64", "f16", "bf16"):
     add("sinh", [T(dt, [20.0, -20.0, 88.0, -88.0, 89.0, 89.5, -90.0, 200.0, 1e-10, 0.75, -1.0,
@@ -693,6 +693,7 @@ add("nan_to_num", [T("f64", np.where(rndb((500,)), INF, rnd((500,))), view=("sli
 add("nan_to_num", [T("i32", [1, -2, 3])], lambda x, **kw: x, params={"nan": 9.0}, tag="i32-copy")
 add("nan_to_num", [T("bool", [True, False])], lambda x, **kw: x, tag="bool-copy")
 add("nan_to_num", [T("f32", np.zeros((0, 4)))], nan_to_num_ref("f32"), tag="f32-empty")
+add("nan_to_num", [T("f64", rnd((3, 4)))], nan_to_num_ref("f64"), tag="f64-finite")
 
 # ---- atan2 (float only, broadcast) ----
 for dt in FLOATS:
