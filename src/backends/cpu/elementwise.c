@@ -16,8 +16,12 @@
 
 #include "cpu.h"
 #include "shortrows.h"
+#include "vmath_more.h"
 
 #define CPU_GRAIN (1 << 15)
+
+/* atan2: vmath_more.h's for floats (f16 / bf16 through them), libm for f64 */
+#define CPU_ATAN2(A, B) _Generic((A), float: cpu_atan2f, default: atan2)((A), (B))
 
 /* ---- binary: a op b, with a and b each either a vector or a scalar per row ---- */
 
@@ -44,9 +48,7 @@
             o[i] = a_ != a_ ? a_ : (b_ != b_ ? b_ : (a_ <= b_ ? a_ : b_));                      \
         }                                                                                      \
         break;                                                                                 \
-    case EM_BIN_ATAN2: /* libm in double, as sin and cos (f32 rounded once) */                 \
-        for (int64_t i = 0; i < n; i++) o[i] = (T)atan2((double)(A), (double)(B));            \
-        break;                                                                                 \
+    case EM_BIN_ATAN2: for (int64_t i = 0; i < n; i++) o[i] = CPU_ATAN2(A, B); break;         \
     default: break;                                                                            \
     }
 

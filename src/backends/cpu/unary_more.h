@@ -2,9 +2,8 @@
  * asin, acos, atan, sinh, cosh, expm1, log2, log10, isnan, isinf, isfinite, nan_to_num) for
  * f32, f64, f16 and bf16 in every layout. Included by unary.c only, so it is compiled once per
  * instruction-set level with it.
- *   - f32 (f16 / bf16 through f32, rounded once on store): softplus, sinh, cosh, expm1, log2
- *     and log10 are branch-free functions of vmath.h's exp / log (loops GCC vectorizes);
- *     tan, asin, acos, atan are libm in double rounded to float, as sin and cos are;
+ *   - f32 (f16 / bf16 through f32, rounded once on store): the branch-free functions of
+ *     vmath_more.h (loops GCC vectorizes; tan of |x| >= 65536 goes to libm after the loop);
  *     isnan / isinf / isfinite and nan_to_num are compares and selects;
  *   - f64: libm, as ref;
  *   - any layout: the N-d iteration of iter.h, a row at a time, strided operands gathered and
@@ -16,85 +15,7 @@
 
 #include "blocks.h"
 #include "iter.h"
-#include "vmath.h"
-
-/* e^x - 1: Taylor's series to x^11 for |x| < 0.7 (no cancellation), e^x - 1 above. */
-static inline float cpu_expm1f(float x) {
-    float p = 2.505210839e-8f; /* 1/11! */
-    p = CPU_FMAF(p, x, 2.755731922e-7f);
-    p = CPU_FMAF(p, x, 2.755731922e-6f);
-    p = CPU_FMAF(p, x, 2.480158730e-5f);
-    p = CPU_FMAF(p, x, 1.984126984e-4f);
-    p = CPU_FMAF(p, x, 1.388888889e-3f);
-    p = CPU_FMAF(p, x, 8.333333333e-3f);
-    p = CPU_FMAF(p, x, 4.166666667e-2f);
-    p = CPU_FMAF(p, x, 1.666666667e-1f);
-    p = CPU_FMAF(p, x, 0.5f);
-    float small = CPU_FMAF(p * x, x, x);
-    float big = cpu_expf(x) - 1.0f; /* NaN, ±inf go through: -inf gives -1 */
-    return cpu_fabsf(x) < 0.7f ? small : big;
-}
-
-/* e^|x| / 2 (|x| clamped to 90, where it is inf): e^(|x| - ln 2) with the reduction exact. */
-static inline float cpu_exph_abs(float x) {
-    float a = cpu_fabsf(x);
-    a = a < 90.0f ? a : 90.0f; /* NaN to 90 too: answered by the callers */
-    float s2, hi = cpu_expf_2(a, -0.693147182f, &s2);
-    return hi * s2;
-}
-
-/* sinh: x + x^3/3! + ... + x^11/11! below 1, e^|x|/2 - e^-|x|/2 (signed) above. */
-static inline float cpu_sinhf(float x) {
-    float z = x * x;
-    float p = 2.505210839e-8f; /* 1/11! */
-    p = CPU_FMAF(p, z, 2.755731922e-6f);
-    p = CPU_FMAF(p, z, 1.984126984e-4f);
-    p = CPU_FMAF(p, z, 8.333333333e-3f);
-    p = CPU_FMAF(p, z, 1.666666667e-1f);
-    float small = CPU_FMAF(p * z, x, x);
-    float e = cpu_exph_abs(x);
-    float big = e - 0.25f / e;
-    big = x < 0 ? -big : big;
-    float y = cpu_fabsf(x) < 1.0f ? small : big;
-    return x != x ? x : y;
-}
-
-/* cosh = e^|x|/2 + e^-|x|/2. */
-static inline float cpu_coshf(float x) {
-    float e = cpu_exph_abs(x);
-    float y = e + 0.25f / e;
-    return x != x ? x : y;
-}
-
-static inline float cpu_log2f(float x) { return cpu_logf(x) * 1.44269504088896341f; }
-static inline float cpu_log10f(float x) { return cpu_logf(x) * 0.434294481903251828f; }
-
-/* The rounding error of a*b: a*b = h + cpu_prod_lo(a, b, h) exactly (no overflow in the
- * split: |a|, |b| < 2^100 or the caller ignores the result). */
-static inline float cpu_prod_lo(float a, float b, float h) {
-#if CPU_HAVE_FMA
-    return fmaf(a, b, -h);
-#else
-    float ca = 4097.0f * a, cb = 4097.0f * b; /* Veltkamp's split, as cpu_sqr_lo */
-    float ah = ca - (ca - a), al = a - ah, bh = cb - (cb - b), bl = b - bh;
-    return ((ah * bh - h) + ah * bl + al * bh) + al * bl;
-#endif
-}
-
-/* PyTorch's softplus: x where beta x > threshold, log1p(e^(beta x)) / beta else. e^(beta x)
- * is taken of the exact product (its rounding error passed to the exp's reduction), so that
- * the far negative tail, where softplus = e^(beta x) / beta, keeps its relative accuracy
- * whatever beta (PyTorch's float kernel rounds beta x first: ~|beta x| ulps there). */
-static inline float cpu_softplusf(float x, float beta, float thr) {
-    float bx = x * beta;
-    float bc = bx > -104.0f ? bx : -104.0f; /* NaN to -104 too: answered last */
-    bc = bc < 89.0f ? bc : 89.0f;
-    float lo = bc == bx ? cpu_prod_lo(x, beta, bx) : 0.0f;
-    float s2, hi = cpu_expf_2(bc, lo, &s2);
-    float y = cpu_log1pf(hi * s2) / beta;
-    y = bx != bx ? bx : y;
-    return bx > thr ? x : y;
-}
+#include "vmath_more.h"
 
 typedef struct umore_ctx {
     em_unary_op op;
@@ -112,10 +33,14 @@ static void umore_f32(const umore_ctx *c, float *restrict o, const float *restri
     const float p0 = c->pf[0], p1 = c->pf[1], p2 = c->pf[2];
     switch (c->op) {
     case EM_UN_SOFTPLUS: for (int64_t i = 0; i < n; i++) o[i] = cpu_softplusf(x[i], p0, p1); break;
-    case EM_UN_TAN: for (int64_t i = 0; i < n; i++) o[i] = (float)tan(x[i]); break;
-    case EM_UN_ASIN: for (int64_t i = 0; i < n; i++) o[i] = (float)asin(x[i]); break;
-    case EM_UN_ACOS: for (int64_t i = 0; i < n; i++) o[i] = (float)acos(x[i]); break;
-    case EM_UN_ATAN: for (int64_t i = 0; i < n; i++) o[i] = (float)atan(x[i]); break;
+    case EM_UN_TAN:
+        for (int64_t i = 0; i < n; i++) o[i] = cpu_tanf(x[i]);
+        for (int64_t i = 0; i < n; i++) /* |x| >= 65536 and ±inf: libm (rare) */
+            if (cpu_tanf_far(x[i])) o[i] = (float)tan(x[i]);
+        break;
+    case EM_UN_ASIN: for (int64_t i = 0; i < n; i++) o[i] = cpu_asinf(x[i]); break;
+    case EM_UN_ACOS: for (int64_t i = 0; i < n; i++) o[i] = cpu_acosf(x[i]); break;
+    case EM_UN_ATAN: for (int64_t i = 0; i < n; i++) o[i] = cpu_atanf(x[i]); break;
     case EM_UN_SINH: for (int64_t i = 0; i < n; i++) o[i] = cpu_sinhf(x[i]); break;
     case EM_UN_COSH: for (int64_t i = 0; i < n; i++) o[i] = cpu_coshf(x[i]); break;
     case EM_UN_EXPM1: for (int64_t i = 0; i < n; i++) o[i] = cpu_expm1f(x[i]); break;
@@ -217,7 +142,8 @@ static void umore_row(void *ctx, char *const *p, const int64_t *s, int64_t n) {
             }
         } else {
             float bx[CPU_BLK], bo[CPU_BLK];
-            const bool direct = c->it == EM_F32 && so == 1 && mc == m;
+            /* out written directly unless it is the input itself (tan reads x after) */
+            const bool direct = c->it == EM_F32 && so == 1 && mc == m && po != pi;
             float *o = direct ? (float *)po : bo;
             umore_f32(c, o, cpu_blk_f32(c->it, pi, si, mc, bx), mc);
             if (!direct) {
