@@ -71,7 +71,7 @@ static inline float cpu_atan2f(float y, float x) {
     r = swap ? (CPU_PIO2_HI - r) + CPU_PIO2_LO : r;
     r = (cpu_f2u(x) >> 31) ? (CPU_PI_HI - r) + CPU_PI_LO : r; /* x < 0 or -0 */
     r = cpu_u2f(cpu_f2u(r) | (cpu_f2u(y) & 0x80000000u));
-    return (x != x) | (y != y) ? x + y : r;
+    return ((x != x) | (y != y)) ? x + y : r;
 }
 
 /* asin(s) for s in [0, 1/2] given z = s^2 (z = (1 - |x|)/2, s = sqrt(z) above 1/2). */
