@@ -191,6 +191,13 @@ static void test_malformed_after_auth(void **state) {
     uint8_t op[] = {0, 0, 0, 0, RW_KERNEL, RW_K_UNARY, EM_UN_COUNT, 3};
     rw_store_le32(op, 4);
     expect_closed_after(op, sizeof op);
+    /* the ops appended for issue 14 end below the counts: one past each is still refused */
+    uint8_t bop[] = {0, 0, 0, 0, RW_KERNEL, RW_K_BINARY, EM_BIN_COUNT, 7};
+    rw_store_le32(bop, 4);
+    expect_closed_after(bop, sizeof bop);
+    uint8_t top[] = {0, 0, 0, 0, RW_KERNEL, RW_K_UNARY, 255, 3};
+    rw_store_le32(top, 4);
+    expect_closed_after(top, sizeof top);
     rw_writer_free(&w);
     good_still_works();
 }
