@@ -109,7 +109,8 @@ static em_status div_backward(emi_ad_bw *bw) {
     return s;
 }
 
-/* d(a^b)/da = b a^(b-1); d(a^b)/db = a^b ln a (0 where a == 0 and b > 0, as PyTorch) */
+/* d(a^b)/da = b a^(b-1), 0 where b == 0; d(a^b)/db = a^b ln a, 0 where a == 0 and b >= 0
+ * (PyTorch's pow_backward_self / pow_backward_exponent) */
 static em_status pow_backward(emi_ad_bw *bw) {
     em_tensor *a, *b, *t1 = NULL, *t2 = NULL, *t3 = NULL;
     em_status s = emi_bw_input(bw, 0, &a);
@@ -129,8 +130,7 @@ static em_status pow_backward(emi_ad_bw *bw) {
         if (s == EM_OK) s = em_masked_fill(t1, t2, 0.0, &t3);
         em_tensor_release(t1);
         em_tensor_release(t2);
-        t1 = t2 = NULL;
-        if (s == EM_OK) s = put(bw, 0, t3);
+        if (s == EM_OK) s = put(bw, 0, t3); /* consumes t3 */
         else em_tensor_release(t3);
         t1 = t2 = t3 = NULL;
     }
