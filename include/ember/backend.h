@@ -53,6 +53,11 @@ typedef enum em_unary_op {
     EM_UN_ERF, EM_UN_FLOOR, EM_UN_CEIL, EM_UN_ROUND, EM_UN_RECIP, EM_UN_SIGN,
     EM_UN_CLAMP,       /* params[0] = lo, params[1] = hi */
     EM_UN_LOGICAL_NOT, /* bool -> bool */
+    EM_UN_SOFTPLUS,    /* params[0] = beta, params[1] = threshold (PyTorch's softplus) */
+    EM_UN_TAN, EM_UN_ASIN, EM_UN_ACOS, EM_UN_ATAN, EM_UN_SINH, EM_UN_COSH, EM_UN_EXPM1,
+    EM_UN_LOG2, EM_UN_LOG10,
+    EM_UN_ISNAN, EM_UN_ISINF, EM_UN_ISFINITE, /* float -> bool output */
+    EM_UN_NAN_TO_NUM,  /* params[0] = for NaN, params[1] = for +inf, params[2] = for -inf */
     EM_UN_COUNT
 } em_unary_op;
 
@@ -61,8 +66,22 @@ typedef enum em_binary_op {
     EM_BIN_MAX, EM_BIN_MIN,
     EM_BIN_EQ, EM_BIN_NE, EM_BIN_LT, EM_BIN_LE, EM_BIN_GT, EM_BIN_GE, /* -> bool output */
     EM_BIN_AND, EM_BIN_OR,                                             /* bool -> bool */
+    EM_BIN_ATAN2,                                                      /* atan2(a, b), float */
+    EM_BIN_XOR,                                                        /* bool -> bool */
     EM_BIN_COUNT
 } em_binary_op;
+
+/** True for the unary ops whose output is EM_BOOL whatever the input (isnan isinf isfinite;
+ *  logical_not is bool -> bool). */
+static inline bool em_unary_op_is_bool(em_unary_op op) {
+    return op == EM_UN_LOGICAL_NOT || op == EM_UN_ISNAN || op == EM_UN_ISINF ||
+           op == EM_UN_ISFINITE;
+}
+
+/** True for the binary ops whose output is EM_BOOL (comparisons and logical ops). */
+static inline bool em_binary_op_is_bool(em_binary_op op) {
+    return (op >= EM_BIN_EQ && op <= EM_BIN_OR) || op == EM_BIN_XOR;
+}
 
 typedef enum em_reduce_op {
     EM_RED_SUM = 0, EM_RED_MEAN, EM_RED_PROD, EM_RED_MAX, EM_RED_MIN,

@@ -301,13 +301,15 @@ em_status em_tensor_assign_(em_tensor *dst, em_tensor *src);
  *
  * Kinds accepted (EM_ERR_DTYPE otherwise, with a message such as
  * "em_exp: expected a float tensor, got int (i64)"):
- *   float-only: exp log log1p sqrt rsqrt sin cos tanh sigmoid gelu silu erf recip, pow, div of
+ *   float-only: exp log log1p sqrt rsqrt sin cos tanh sigmoid gelu silu erf recip, tan asin
+ *               acos atan sinh cosh expm1 log2 log10 softplus, pow atan2, div of
  *               floats is true division; mean var logsumexp softmax log_softmax, the neural ops.
  *   numeric (float or int): add sub mul div remainder maximum minimum neg abs relu sign clamp
  *               floor ceil round (identity on ints), sum prod max min argmax argmin cumsum,
  *               matmul, comparisons (bool also for eq/ne). sum, prod and cumsum of an int
  *               tensor give EM_I64, like PyTorch.
  *   bool: logical_and logical_or logical_not; the condition of where and masked_fill.
+ *   any (not quantized): isnan isinf isfinite, logical_xor, nan_to_num (a copy for ints).
  * Integer division floors (like Python's //) and remainder takes the divisor's sign (like
  * Python's %); an integer division or remainder by zero gives 0.
  * ====================================================================================== */
@@ -337,6 +339,39 @@ em_status em_recip(const em_tensor *x, em_tensor **out);
 em_status em_sign(const em_tensor *x, em_tensor **out);
 /** Clamps into [lo, hi]; pass -INFINITY / INFINITY for no bound. EM_ERR_ARG if lo > hi. */
 em_status em_clamp(const em_tensor *x, double lo, double hi, em_tensor **out);
+/* Float only (an int or bool tensor is EM_ERR_DTYPE, as for em_sin); NaN outside the domain
+ * (asin, acos beyond ±1; log2, log10 below 0), as C's libm. */
+em_status em_tan(const em_tensor *x, em_tensor **out);
+em_status em_asin(const em_tensor *x, em_tensor **out);
+em_status em_acos(const em_tensor *x, em_tensor **out);
+em_status em_atan(const em_tensor *x, em_tensor **out);
+em_status em_sinh(const em_tensor *x, em_tensor **out);
+em_status em_cosh(const em_tensor *x, em_tensor **out);
+/** e^x - 1, accurate near 0. */
+em_status em_expm1(const em_tensor *x, em_tensor **out);
+em_status em_log2(const em_tensor *x, em_tensor **out);
+em_status em_log10(const em_tensor *x, em_tensor **out);
+/** torch.nn.functional.softplus: log(1 + e^(beta x)) / beta, and x where beta x > threshold
+ *  (PyTorch's defaults: beta 1, threshold 20). Float only. EM_ERR_ARG for a NaN beta or
+ *  threshold, or a beta that is 0 or infinite. */
+em_status em_softplus(const em_tensor *x, double beta, double threshold, em_tensor **out);
+/** EM_BOOL results: x is NaN / ±inf / neither. Any non-quantized dtype: an int or bool tensor
+ *  gives all false / all false / all true, as PyTorch. */
+em_status em_isnan(const em_tensor *x, em_tensor **out);
+em_status em_isinf(const em_tensor *x, em_tensor **out);
+em_status em_isfinite(const em_tensor *x, em_tensor **out);
+/** torch.nan_to_num: NaN becomes `nan`, +inf *posinf, -inf *neginf (NULL: the dtype's largest
+ *  / lowest finite value, PyTorch's defaults); values are rounded to x's dtype. An int or bool
+ *  tensor is copied unchanged. */
+em_status em_nan_to_num(const em_tensor *x, double nan, const double *posinf,
+                        const double *neginf, em_tensor **out);
+/** torch.clamp(x, min=lo, max=hi) with tensor bounds: minimum(maximum(x, lo), hi), all three
+ *  broadcast together (the result has their broadcast shape), one dtype (float or int), NaN
+ *  in any of them giving NaN; lo > hi gives hi. lo or hi may be NULL (no bound), not both
+ *  (EM_ERR_ARG). The gradient goes to x where lo <= x <= hi, to a bound where it clamps, as
+ *  PyTorch's. */
+em_status em_clamp_tensor(const em_tensor *x, const em_tensor *lo, const em_tensor *hi,
+                          em_tensor **out);
 
 /* ---- elementwise, binary (same dtype, broadcast) ---- */
 em_status em_add(const em_tensor *a, const em_tensor *b, em_tensor **out);
@@ -347,6 +382,8 @@ em_status em_pow(const em_tensor *a, const em_tensor *b, em_tensor **out);
 em_status em_remainder(const em_tensor *a, const em_tensor *b, em_tensor **out);
 em_status em_maximum(const em_tensor *a, const em_tensor *b, em_tensor **out);
 em_status em_minimum(const em_tensor *a, const em_tensor *b, em_tensor **out);
+/** atan2(a, b): the angle of the point (b, a), in [-pi, pi], as C's atan2. Float only. */
+em_status em_atan2(const em_tensor *a, const em_tensor *b, em_tensor **out);
 
 /* ---- with a scalar: a op s, s converted to a's dtype (truncated for ints) ---- */
 em_status em_add_scalar(const em_tensor *a, double s, em_tensor **out);
@@ -384,6 +421,9 @@ em_status em_gt_scalar(const em_tensor *a, double s, em_tensor **out);
 em_status em_logical_and(const em_tensor *a, const em_tensor *b, em_tensor **out);
 em_status em_logical_or(const em_tensor *a, const em_tensor *b, em_tensor **out);
 em_status em_logical_not(const em_tensor *x, em_tensor **out);
+/** Logical xor, as torch.logical_xor: any non-quantized dtypes, possibly two different ones
+ *  (each element tested against zero; NaN counts as true); broadcast; EM_BOOL result. */
+em_status em_logical_xor(const em_tensor *a, const em_tensor *b, em_tensor **out);
 
 /** cond ? a : b, broadcast over all three; cond is bool, a and b share a dtype. */
 em_status em_where(const em_tensor *cond, const em_tensor *a, const em_tensor *b,

@@ -41,3 +41,8 @@ em_status em_mul_scalar_(em_tensor *a, double s, em_tensor **out) {
 em_status em_add_scalar_(em_tensor *a, double s, em_tensor **out) {
     return ew_scalar_("em_add_scalar_", EM_BIN_ADD, EW_NUMERIC, a, s, out);
 }
+
+/* atan2(a, b), float only (no scalar or consuming form). */
+em_status em_atan2(const em_tensor *a, const em_tensor *b, em_tensor **out) {
+    return ew_binary("em_atan2", EM_BIN_ATAN2, EW_FLOAT, a, b, out);
+}

@@ -70,3 +70,24 @@ em_status em_masked_fill(const em_tensor *x, const em_tensor *mask, double value
     em_tensor_release(v);
     return s;
 }
+
+/* Logical xor of any two non-quantized tensors (nonzero is true; NaN is nonzero), as
+ * torch.logical_xor: other dtypes are tested against zero first (a cast to bool), so a and b
+ * may differ in dtype. */
+em_status em_logical_xor(const em_tensor *a, const em_tensor *b, em_tensor **out) {
+    static const char fn[] = "em_logical_xor";
+    EMI_TRY(emi_check_tensor(fn, "a", a));
+    EMI_TRY(emi_check_tensor(fn, "b", b));
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_not_quantized(fn, a));
+    EMI_TRY(emi_check_not_quantized(fn, b));
+    EMI_TRY(emi_check_same_device(fn, a, b));
+    em_tensor *ba = NULL, *bb = NULL;
+    em_status s = EM_OK;
+    if (a->dtype != EM_BOOL) s = em_cast(a, EM_BOOL, &ba);
+    if (s == EM_OK && b->dtype != EM_BOOL) s = em_cast(b, EM_BOOL, &bb);
+    if (s == EM_OK) s = ew_binary(fn, EM_BIN_XOR, EW_BOOL, ba ? ba : a, bb ? bb : b, out);
+    em_tensor_release(ba);
+    em_tensor_release(bb);
+    return s;
+}

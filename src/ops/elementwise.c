@@ -101,8 +101,8 @@ static em_status unary_core(const char *fn, em_unary_op op, ew_kind k, const em_
     const em_tensor *ins[1] = {x};
     emi_ad_op ad;
     EW_TRY(emi_ad_begin(fn, ins, 1, &ad));
-    EW_TRY(ew_output(fn, consumed, &ad, emi_result_device(ins, 1), x->dtype, x->v.shape,
-                     x->v.rank, &o));
+    EW_TRY(ew_output(fn, consumed, &ad, emi_result_device(ins, 1),
+                     em_unary_op_is_bool(op) ? EM_BOOL : x->dtype, x->v.shape, x->v.rank, &o));
     if (emi_numel(x->v.shape, x->v.rank) > 0) {
         em_view vx;
         EW_TRY(emi_input_view(fn, x, &vx, &tx));
@@ -110,7 +110,8 @@ static em_status unary_core(const char *fn, em_unary_op op, ew_kind k, const em_
     }
     /* Also when x was reused in place (untracked): the result takes the inputs' device and
      * mark like any other result. */
-    emi_rule_unary_params up = {op, {params ? params[0] : 0, params ? params[1] : 0}};
+    emi_rule_unary_params up = {op, {params ? params[0] : 0, params ? params[1] : 0,
+                                     params && op == EM_UN_NAN_TO_NUM ? params[2] : 0}};
     EW_TRY(emi_ad_end(&ad, emi_rules_unary[op], ins, 1, o, &up, sizeof up));
 done:
     em_tensor_release(tx);
@@ -131,7 +132,7 @@ em_status ew_unary_(const char *fn, em_unary_op op, ew_kind k, em_tensor *x,
 
 /* The dtype of a binary op's result: bool for comparisons and logical ops. */
 static em_dtype binary_out_dtype(em_binary_op op, em_dtype in) {
-    return op >= EM_BIN_EQ ? EM_BOOL : in;
+    return em_binary_op_is_bool(op) ? EM_BOOL : in;
 }
 
 /* True when a kernel may read t through its own view (the backend takes strided inputs or t

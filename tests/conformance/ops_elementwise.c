@@ -72,6 +72,40 @@ W_BINARY(maximum) W_BINARY(minimum)
 W_BINARY(eq) W_BINARY(ne) W_BINARY(lt) W_BINARY(le) W_BINARY(gt) W_BINARY(ge)
 W_BINARY(logical_and) W_BINARY(logical_or)
 
+/* issue 14 */
+W_UNARY(tan) W_UNARY(asin) W_UNARY(acos) W_UNARY(atan) W_UNARY(sinh) W_UNARY(cosh)
+W_UNARY(expm1) W_UNARY(log2) W_UNARY(log10) W_UNARY(isnan) W_UNARY(isinf) W_UNARY(isfinite)
+W_BINARY(atan2) W_BINARY(logical_xor)
+
+/* softplus(in[0], beta, threshold): PyTorch's defaults 1 and 20 when absent. */
+static em_status w_softplus(em_tensor *const *in, int nin, const conf_params *p,
+                            em_tensor **out, int *nout) {
+    *nout = 1;
+    if (nin < 1) return EM_ERR_ARG;
+    return em_softplus(in[0], conf_f64(p, "beta", 1.0), conf_f64(p, "threshold", 20.0), &out[0]);
+}
+
+/* nan_to_num(in[0], nan, posinf, neginf): an absent posinf / neginf is the default (NULL). */
+static em_status w_nan_to_num(em_tensor *const *in, int nin, const conf_params *p,
+                              em_tensor **out, int *nout) {
+    *nout = 1;
+    if (nin < 1) return EM_ERR_ARG;
+    double pi = conf_f64(p, "posinf", NAN), ni = conf_f64(p, "neginf", NAN);
+    return em_nan_to_num(in[0], conf_f64(p, "nan", 0.0), isnan(pi) ? NULL : &pi,
+                         isnan(ni) ? NULL : &ni, &out[0]);
+}
+
+/* clamp_tensor(in[0], lo, hi): inputs x, lo, hi, or x and one bound named by param "which"
+ * (0: lo, 1: hi). */
+static em_status w_clamp_tensor(em_tensor *const *in, int nin, const conf_params *p,
+                                em_tensor **out, int *nout) {
+    *nout = 1;
+    if (nin < 2) return EM_ERR_ARG;
+    if (nin >= 3) return em_clamp_tensor(in[0], in[1], in[2], &out[0]);
+    bool hi = conf_int(p, "which", 0) == 1;
+    return em_clamp_tensor(in[0], hi ? NULL : in[1], hi ? in[1] : NULL, &out[0]);
+}
+
 W_SCALAR(add_scalar) W_SCALAR(sub_scalar) W_SCALAR(mul_scalar) W_SCALAR(div_scalar)
 W_SCALAR(pow_scalar) W_SCALAR(remainder_scalar) W_SCALAR(maximum_scalar)
 W_SCALAR(minimum_scalar) W_SCALAR(eq_scalar) W_SCALAR(lt_scalar) W_SCALAR(gt_scalar)
@@ -165,5 +199,8 @@ const conf_op conf_ops_elementwise[] = {
     E(eq), E(ne), E(lt), E(le), E(gt), E(ge), E(eq_scalar), E(lt_scalar), E(gt_scalar),
     E(logical_and), E(logical_or), E(where), E(masked_fill), E(cast),
     E(full), E(full_like), E(arange),
+    E(tan), E(asin), E(acos), E(atan), E(sinh), E(cosh), E(expm1), E(log2), E(log10),
+    E(isnan), E(isinf), E(isfinite), E(atan2), E(logical_xor), E(softplus), E(nan_to_num),
+    E(clamp_tensor),
     {NULL, NULL},
 };

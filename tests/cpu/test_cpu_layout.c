@@ -187,7 +187,7 @@ static void check_out(em_dtype dt, double tol, const char *what) {
 }
 
 static double tol_of(em_dtype dt, em_binary_op op) {
-    bool exact = op != EM_BIN_POW && op != EM_BIN_REM;
+    bool exact = op != EM_BIN_POW && op != EM_BIN_REM && op != EM_BIN_ATAN2;
     switch (dt) {
     case EM_F32: return exact ? 0 : 1e-6;
     case EM_F64: return exact ? 0 : 1e-13;
@@ -198,8 +198,8 @@ static double tol_of(em_dtype dt, em_binary_op op) {
 }
 
 static bool op_ok(em_binary_op op, em_dtype dt) {
-    if (op == EM_BIN_AND || op == EM_BIN_OR) return dt == EM_BOOL;
-    if (op == EM_BIN_POW) return ct_is_float(dt);
+    if (op == EM_BIN_AND || op == EM_BIN_OR || op == EM_BIN_XOR) return dt == EM_BOOL;
+    if (op == EM_BIN_POW || op == EM_BIN_ATAN2) return ct_is_float(dt);
     if (dt == EM_BOOL) return op >= EM_BIN_EQ;
     return true;
 }

@@ -46,7 +46,7 @@
 static const char *const no_grad_ops[] = {
     /* comparisons and logic: bool outputs */
     "eq", "ne", "lt", "le", "gt", "ge", "eq_scalar", "lt_scalar", "gt_scalar",
-    "logical_and", "logical_or", "logical_not",
+    "logical_and", "logical_or", "logical_not", "logical_xor", "isnan", "isinf", "isfinite",
     /* indices: int outputs */
     "argmax", "argmin", "argsort", "one_hot",
     /* piecewise constant: zero gradient almost everywhere (emi_rule_no_grad), and their

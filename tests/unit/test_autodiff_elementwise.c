@@ -596,12 +596,15 @@ static void test_rules_recorded(void **state) {
     assert_null(y->ad);
     assert_true(em_tensor_device(y).autodiff);
     em_tensor_release(y);
-    for (int i = 0; i < EM_UN_COUNT; i++)
-        if (i != EM_UN_LOGICAL_NOT) assert_non_null(emi_rules_unary[i]);
-    assert_null(emi_rules_unary[EM_UN_LOGICAL_NOT]);
+    for (int i = 0; i < EM_UN_COUNT; i++) {
+        if (!em_unary_op_is_bool((em_unary_op)i)) assert_non_null(emi_rules_unary[i]);
+        else assert_null(emi_rules_unary[i]); /* bool results: logical_not, isnan, ... */
+    }
     for (int i = 0; i < EM_BIN_COUNT; i++) {
         if (i < EM_BIN_EQ) assert_non_null(emi_rules_scalar[i]);
-        else assert_null(emi_rules_scalar[i]);
+        else assert_null(emi_rules_scalar[i]); /* comparisons, logic; atan2 has no _scalar */
+        if (em_binary_op_is_bool((em_binary_op)i)) assert_null(emi_rules_binary[i]);
+        else assert_non_null(emi_rules_binary[i]);
     }
     em_tensor_release(x);
 }
@@ -627,8 +630,93 @@ static void test_consuming_keeps_tracked_input(void **state) {
     em_tensor_release(x);
 }
 
+/* The gradients of each input of y = f(ins) with loss sum(y), written into g[i] (n values
+ * each), on dev. */
+static void grads_of(em_device dev, em_status (*f)(em_tensor *const *, em_tensor **),
+                     const double *const *vals, const int64_t *n, int nin, double g[][8]) {
+    em_tensor *in[3] = {0}, *y = NULL, *l = NULL;
+    for (int i = 0; i < nin; i++) {
+        in[i] = make(vals[i], &n[i], 1, dev);
+        OK(em_tensor_require_grad(in[i]));
+    }
+    OK(f(in, &y));
+    OK(em_sum(y, &l));
+    em_grads *gr = NULL;
+    OK(em_backward(l, &gr));
+    for (int i = 0; i < nin; i++) {
+        em_tensor *gi = NULL;
+        OK(em_grads_get(gr, in[i], &gi));
+        OK(em_tensor_to_data(gi, g[i], sizeof(double) * (size_t)n[i]));
+        em_tensor_release(gi);
+    }
+    em_grads_release(gr);
+    em_tensor_release(l);
+    em_tensor_release(y);
+    for (int i = 0; i < nin; i++) em_tensor_release(in[i]);
+}
+
+static em_status f_pow(em_tensor *const *in, em_tensor **out) { return em_pow(in[0], in[1], out); }
+static em_status f_clamp_t(em_tensor *const *in, em_tensor **out) {
+    return em_clamp_tensor(in[0], in[1], in[2], out);
+}
+static em_status f_nan_to_num(em_tensor *const *in, em_tensor **out) {
+    return em_nan_to_num(in[0], 0.0, NULL, NULL, out);
+}
+static em_status f_softplus(em_tensor *const *in, em_tensor **out) {
+    return em_softplus(in[0], 1.0, 20.0, out);
+}
+
+/* Points where the rules must give PyTorch's values (finite differences cannot see them):
+ * torch 1.13's gradients of the same expressions. */
+static void test_issue14_points(void **state) {
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        const em_device dev = ad_dev(k ? EM_CKPT_BALANCED : EM_CKPT_DISABLED);
+        double g[3][8];
+        /* pow(a, b) at a = 0: b = 0 gave NaN for a (0 * 0^-1); PyTorch masks b == 0 */
+        {
+            const double a[3] = {0, 0, 0}, b[3] = {0, 1, -1};
+            const double *v[2] = {a, b};
+            const int64_t n[2] = {3, 3};
+            grads_of(dev, f_pow, v, n, 2, g);
+            assert_true(g[0][0] == 0.0 && g[0][1] == 1.0 && g[0][2] == -INFINITY);
+            assert_true(g[1][0] == 0.0 && g[1][1] == 0.0 && g[1][2] == -INFINITY);
+        }
+        /* clamp_tensor: ties go to x, lo > hi sends everything to hi */
+        {
+            const double x[5] = {0, 1, 2, 3, 0.5}, lo[5] = {1, 1, 1, 1, 2}, hi[5] = {2, 2, 2, 2, 1};
+            const double *v[3] = {x, lo, hi};
+            const int64_t n[3] = {5, 5, 5};
+            grads_of(dev, f_clamp_t, v, n, 3, g);
+            const double gx[5] = {0, 1, 1, 0, 0}, glo[5] = {1, 0, 0, 0, 0}, ghi[5] = {0, 0, 0, 1, 1};
+            for (int i = 0; i < 5; i++) {
+                assert_true(g[0][i] == gx[i]);
+                assert_true(g[1][i] == glo[i]);
+                assert_true(g[2][i] == ghi[i]);
+            }
+        }
+        /* nan_to_num: no gradient through the replaced values */
+        {
+            const double x[3] = {1, INFINITY, NAN};
+            const double *v[1] = {x};
+            const int64_t n[1] = {3};
+            grads_of(dev, f_nan_to_num, v, n, 1, g);
+            assert_true(g[0][0] == 1.0 && g[0][1] == 0.0 && g[0][2] == 0.0);
+        }
+        /* softplus: the identity above the threshold, sigmoid below */
+        {
+            const double x[2] = {1, 25};
+            const double *v[1] = {x};
+            const int64_t n[1] = {2};
+            grads_of(dev, f_softplus, v, n, 1, g);
+            assert_true(fabs(g[0][0] - 1.0 / (1.0 + exp(-1.0))) < 1e-15 && g[0][1] == 1.0);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_issue14_points),
         cmocka_unit_test(test_unary),
         cmocka_unit_test(test_scalar),
         cmocka_unit_test(test_binary),

@@ -31,6 +31,13 @@ SCALAR_WRAP(gt_scalar, 1.0)
 
 /** em_clamp with bounds [0, 1]. */
 static em_status w_clamp(const em_tensor *x, em_tensor **out) { return em_clamp(x, 0, 1, out); }
+/** em_softplus with PyTorch's defaults; em_nan_to_num with its. */
+static em_status w_softplus(const em_tensor *x, em_tensor **out) {
+    return em_softplus(x, 1.0, 20.0, out);
+}
+static em_status w_nan_to_num(const em_tensor *x, em_tensor **out) {
+    return em_nan_to_num(x, 0.0, NULL, NULL, out);
+}
 
 #define NUM_REJ (K_BOOL | K_QUANT)
 #define FLT_REJ (K_INT | K_BOOL | K_QUANT)
@@ -58,6 +65,20 @@ static const un_case UNARY[] = {
     {"em_sign", em_sign, NUM_REJ},
     {"em_clamp", w_clamp, NUM_REJ},
     {"em_logical_not", em_logical_not, K_FLOAT | K_INT | K_QUANT},
+    {"em_tan", em_tan, FLT_REJ},
+    {"em_asin", em_asin, FLT_REJ},
+    {"em_acos", em_acos, FLT_REJ},
+    {"em_atan", em_atan, FLT_REJ},
+    {"em_sinh", em_sinh, FLT_REJ},
+    {"em_cosh", em_cosh, FLT_REJ},
+    {"em_expm1", em_expm1, FLT_REJ},
+    {"em_log2", em_log2, FLT_REJ},
+    {"em_log10", em_log10, FLT_REJ},
+    {"em_softplus", w_softplus, FLT_REJ},
+    {"em_isnan", em_isnan, K_QUANT},
+    {"em_isinf", em_isinf, K_QUANT},
+    {"em_isfinite", em_isfinite, K_QUANT},
+    {"em_nan_to_num", w_nan_to_num, K_QUANT},
     {"em_add_scalar", w_add_scalar, NUM_REJ},
     {"em_sub_scalar", w_sub_scalar, NUM_REJ},
     {"em_mul_scalar", w_mul_scalar, NUM_REJ},
@@ -152,6 +173,7 @@ static const bin_case BINARY[] = {
     {"em_ge", em_ge, NUM_REJ},
     {"em_logical_and", em_logical_and, K_FLOAT | K_INT | K_QUANT},
     {"em_logical_or", em_logical_or, K_FLOAT | K_INT | K_QUANT},
+    {"em_atan2", em_atan2, FLT_REJ},
 };
 #define N_BINARY (sizeof BINARY / sizeof BINARY[0])
 
@@ -354,8 +376,52 @@ static void test_where_bad_inputs(void **state) {
     CHECKS_DONE();
 }
 
+/* ---- issue 14: softplus's arguments, logical_xor (any dtypes), clamp_tensor ---- */
+
+static void test_issue14_bad_inputs(void **state) {
+    (void)state;
+    em_device fake = fake_dev();
+    int64_t shp[2] = {2, 3};
+    em_tensor *a = mk2(EM_F32, 2, 3), *b = mk2(EM_F32, 2, 3), *i = mk2(EM_I64, 2, 3);
+    em_tensor *bl = mk2(EM_BOOL, 2, 3), *q = mk2(EM_Q8, 2, 3), *d = mk2(EM_F64, 2, 3);
+    em_tensor *b4 = mk1(EM_F32, 4), *af = mk_on(fake, EM_F32, shp, 2);
+    const char *fn = "em_softplus";
+    EXPECT_ERR(EM_ERR_ARG, fn, em_softplus(a, 0.0, 20.0, &o));
+    EXPECT_ERR(EM_ERR_ARG, fn, em_softplus(a, INFINITY, 20.0, &o));
+    EXPECT_ERR(EM_ERR_ARG, fn, em_softplus(a, NAN, 20.0, &o));
+    EXPECT_ERR(EM_ERR_ARG, fn, em_softplus(a, 1.0, NAN, &o));
+    fn = "em_logical_xor";
+    EXPECT_ERR(EM_ERR_ARG, fn, em_logical_xor(NULL, a, &o));
+    EXPECT_ERR(EM_ERR_ARG, fn, em_logical_xor(a, NULL, &o));
+    EXPECT_ERR(EM_ERR_ARG, fn, em_logical_xor(a, b, NULL));
+    EXPECT_ERR(EM_ERR_DTYPE, fn, em_logical_xor(q, a, &o));
+    EXPECT_ERR(EM_ERR_DTYPE, fn, em_logical_xor(a, q, &o));
+    EXPECT_ERR(EM_ERR_SHAPE, fn, em_logical_xor(a, b4, &o));
+    EXPECT_ERR_MSG(EM_ERR_DEVICE, fn, "fake", em_logical_xor(a, af, &o));
+    em_tensor *x = NULL; /* mixed dtypes are allowed */
+    assert_int_equal(em_logical_xor(i, d, &x), EM_OK);
+    assert_int_equal(em_tensor_dtype(x), EM_BOOL);
+    em_tensor_release(x);
+    fn = "em_clamp_tensor";
+    EXPECT_ERR(EM_ERR_ARG, fn, em_clamp_tensor(a, NULL, NULL, &o));
+    EXPECT_ERR(EM_ERR_ARG, fn, em_clamp_tensor(NULL, a, b, &o));
+    EXPECT_ERR(EM_ERR_ARG, fn, em_clamp_tensor(a, a, b, NULL));
+    EXPECT_ERR(EM_ERR_DTYPE, fn, em_clamp_tensor(a, d, NULL, &o));
+    EXPECT_ERR(EM_ERR_DTYPE, fn, em_clamp_tensor(a, NULL, i, &o));
+    EXPECT_ERR(EM_ERR_DTYPE, fn, em_clamp_tensor(bl, bl, bl, &o));
+    EXPECT_ERR(EM_ERR_DTYPE, fn, em_clamp_tensor(q, q, NULL, &o));
+    EXPECT_ERR(EM_ERR_SHAPE, fn, em_clamp_tensor(a, b4, NULL, &o));
+    EXPECT_ERR(EM_ERR_SHAPE, fn, em_clamp_tensor(a, b, b4, &o));
+    EXPECT_ERR_MSG(EM_ERR_DEVICE, fn, "fake", em_clamp_tensor(a, af, NULL, &o));
+    EXPECT_ERR_MSG(EM_ERR_DEVICE, fn, "fake", em_clamp_tensor(a, b, af, &o));
+    em_tensor *all[] = {a, b, i, bl, q, d, b4, af};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) em_tensor_release(all[k]);
+    CHECKS_DONE();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_issue14_bad_inputs),
         cmocka_unit_test(test_unary_bad_inputs),   cmocka_unit_test(test_exp_message),
         cmocka_unit_test(test_unary_values),       cmocka_unit_test(test_binary_bad_inputs),
         cmocka_unit_test(test_add_two_devices),    cmocka_unit_test(test_consuming_bad_inputs),

@@ -191,6 +191,13 @@ static void test_malformed_after_auth(void **state) {
     uint8_t op[] = {0, 0, 0, 0, RW_KERNEL, RW_K_UNARY, EM_UN_COUNT, 3};
     rw_store_le32(op, 4);
     expect_closed_after(op, sizeof op);
+    /* the ops appended for issue 14 end below the counts: one past each is still refused */
+    uint8_t bop[] = {0, 0, 0, 0, RW_KERNEL, RW_K_BINARY, EM_BIN_COUNT, 7};
+    rw_store_le32(bop, 4);
+    expect_closed_after(bop, sizeof bop);
+    uint8_t top[] = {0, 0, 0, 0, RW_KERNEL, RW_K_UNARY, 255, 3};
+    rw_store_le32(top, 4);
+    expect_closed_after(top, sizeof top);
     rw_writer_free(&w);
     good_still_works();
 }
@@ -484,6 +491,26 @@ static void test_dtypes(void **state) {
     k = x_kernel(RW_K_BINARY, EM_BIN_AND, 3);
     for (int i = 0; i < 3; i++) k.views[i] = xv((uint64_t)i + 1, EM_F32, 1, &four, 0);
     x_expect(&k, EM_ERR_DTYPE, "bool");
+    /* issue 14's ops: atan2 and softplus float-only, xor bool-only, isnan's output bool */
+    k = x_kernel(RW_K_BINARY, EM_BIN_ATAN2, 3);
+    for (int i = 0; i < 3; i++) k.views[i] = xv((uint64_t)i + 1, EM_I64, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, "float");
+    k = x_kernel(RW_K_BINARY, EM_BIN_XOR, 3);
+    for (int i = 0; i < 3; i++) k.views[i] = xv((uint64_t)i + 1, EM_BOOL, 1, &four, 0);
+    k.views[1].dtype = EM_I32;
+    x_expect(&k, EM_ERR_DTYPE, "bool");
+    k = x_kernel(RW_K_UNARY, EM_UN_SOFTPLUS, 2);
+    for (int i = 0; i < 2; i++) k.views[i] = xv((uint64_t)i + 1, EM_I32, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, "float");
+    k = x_kernel(RW_K_UNARY, EM_UN_ISNAN, 2);
+    for (int i = 0; i < 2; i++) k.views[i] = xv((uint64_t)i + 1, EM_F32, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, "bool"); /* a float output */
+    k.views[0].dtype = EM_BOOL;
+    x_expect(&k, EM_OK, NULL);
+    k = x_kernel(RW_K_UNARY, EM_UN_NAN_TO_NUM, 2);
+    for (int i = 0; i < 2; i++) k.views[i] = xv((uint64_t)i + 1, EM_F64, 1, &four, 0);
+    k.doubles[0] = 1.0, k.doubles[1] = 2.0, k.doubles[2] = 3.0;
+    x_expect(&k, EM_OK, NULL);
     /* outputs of the wrong dtype: unary f32 -> f64, comparison into f32, argmax into f32,
      * int sum into i32, where's cond not bool, sort's indices i32, gather into another dtype */
     k = x_kernel(RW_K_UNARY, EM_UN_NEG, 2);

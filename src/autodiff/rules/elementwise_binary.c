@@ -14,6 +14,7 @@ static em_status binary_forward(const void *p, em_tensor *const *in, int nin, em
     case EM_BIN_REM: return em_remainder(in[0], in[1], out);
     case EM_BIN_MAX: return em_maximum(in[0], in[1], out);
     case EM_BIN_MIN: return em_minimum(in[0], in[1], out);
+    case EM_BIN_ATAN2: return em_atan2(in[0], in[1], out);
     default: return emi_fail(EM_ERR_STATE, "binary_forward: op %d has no recompute", (int)*(const em_binary_op *)p);
     }
 }
@@ -108,7 +109,8 @@ static em_status div_backward(emi_ad_bw *bw) {
     return s;
 }
 
-/* d(a^b)/da = b a^(b-1); d(a^b)/db = a^b ln a (0 where a == 0 and b > 0, as PyTorch) */
+/* d(a^b)/da = b a^(b-1), 0 where b == 0; d(a^b)/db = a^b ln a, 0 where a == 0 and b >= 0
+ * (PyTorch's pow_backward_self / pow_backward_exponent) */
 static em_status pow_backward(emi_ad_bw *bw) {
     em_tensor *a, *b, *t1 = NULL, *t2 = NULL, *t3 = NULL;
     em_status s = emi_bw_input(bw, 0, &a);
@@ -122,23 +124,41 @@ static em_status pow_backward(emi_ad_bw *bw) {
         t1 = NULL;
         if (s == EM_OK) s = em_mul(bw->grad, t3, &t1);
         em_tensor_release(t3);
-        if (s == EM_OK) s = put(bw, 0, t1);
+        /* b a^(b-1) is 0 * inf where a == 0 and b == 0: 0 wherever b == 0, as PyTorch */
+        t2 = t3 = NULL;
+        if (s == EM_OK) s = em_eq_scalar(b, 0.0, &t2);
+        if (s == EM_OK) s = em_masked_fill(t1, t2, 0.0, &t3);
+        em_tensor_release(t1);
+        em_tensor_release(t2);
+        if (s == EM_OK) s = put(bw, 0, t3); /* consumes t3 */
+        else em_tensor_release(t3);
         t1 = t2 = t3 = NULL;
     }
     if (s == EM_OK && bw->need[1]) {
-        em_tensor *y, *lna = NULL, *zero = NULL, *mask = NULL;
+        em_tensor *y, *lna = NULL, *az = NULL, *bnn = NULL, *mask = NULL;
         s = emi_bw_output(bw, &y);
         if (s == EM_OK) s = em_log(a, &lna);
-        /* where a == 0 the product y ln a is 0 * -inf: use 0 instead */
-        if (s == EM_OK) s = em_eq_scalar(a, 0.0, &mask);
-        if (s == EM_OK) s = em_masked_fill(lna, mask, 0.0, &zero);
-        if (s == EM_OK) s = em_mul(y, zero, &t1);
+        if (s == EM_OK) s = em_mul(y, lna, &t1);
         if (s == EM_OK) s = em_mul(bw->grad, t1, &t2);
+        /* where a == 0 and b >= 0 the product y ln a is 0 * -inf: 0 there, as PyTorch (b < 0
+         * keeps inf * -inf) */
+        if (s == EM_OK) s = em_eq_scalar(a, 0.0, &az);
+        if (s == EM_OK) {
+            em_tensor *zero = NULL;
+            s = em_full(NULL, 0, 0.0, b->dtype, em_tensor_device(b), &zero);
+            if (s == EM_OK) s = em_ge(b, zero, &bnn);
+            em_tensor_release(zero);
+        }
+        if (s == EM_OK) s = em_logical_and(az, bnn, &mask);
+        if (s == EM_OK) s = em_masked_fill(t2, mask, 0.0, &t3);
         em_tensor_release(lna);
-        em_tensor_release(zero);
+        em_tensor_release(az);
+        em_tensor_release(bnn);
         em_tensor_release(mask);
         em_tensor_release(t1);
-        if (s == EM_OK) s = put(bw, 1, t2);
+        em_tensor_release(t2);
+        if (s == EM_OK) s = put(bw, 1, t3);
+        else em_tensor_release(t3);
     }
     return s;
 }
@@ -203,6 +223,32 @@ static em_status minmax_backward(emi_ad_bw *bw, bool is_max) {
     return s;
 }
 
+/* atan2(a, b): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2) */
+static em_status atan2_backward(emi_ad_bw *bw) {
+    em_tensor *a, *b, *a2 = NULL, *b2 = NULL, *r = NULL, *gr = NULL, *g = NULL;
+    em_status s = emi_bw_input(bw, 0, &a);
+    if (s == EM_OK) s = emi_bw_input(bw, 1, &b);
+    if (s == EM_OK) s = em_mul(a, a, &a2);
+    if (s == EM_OK) s = em_mul(b, b, &b2);
+    if (s == EM_OK) s = em_add(a2, b2, &r);
+    if (s == EM_OK) s = em_div(bw->grad, r, &gr); /* grad / (a^2 + b^2) */
+    if (s == EM_OK && bw->need[0]) {
+        s = em_mul(gr, b, &g);
+        if (s == EM_OK) s = put(bw, 0, g);
+        g = NULL;
+    }
+    if (s == EM_OK && bw->need[1]) {
+        s = em_mul(gr, a, &g);
+        if (s == EM_OK) s = put_neg(bw, 1, g);
+    }
+    em_tensor_release(g);
+    em_tensor_release(a2);
+    em_tensor_release(b2);
+    em_tensor_release(r);
+    em_tensor_release(gr);
+    return s;
+}
+
 static em_status max_backward(emi_ad_bw *bw) { return minmax_backward(bw, true); }
 static em_status min_backward(emi_ad_bw *bw) { return minmax_backward(bw, false); }
 
@@ -216,11 +262,12 @@ static const emi_ad_rule rule_pow = {"pow", false, IN01 | EMI_NEED_OUT, binary_f
 static const emi_ad_rule rule_rem = {"remainder", false, IN01, binary_forward, rem_backward};
 static const emi_ad_rule rule_max = {"maximum", false, IN01, binary_forward, max_backward};
 static const emi_ad_rule rule_min = {"minimum", false, IN01, binary_forward, min_backward};
+static const emi_ad_rule rule_atan2 = {"atan2", false, IN01, binary_forward, atan2_backward};
 
 const emi_ad_rule *const emi_rules_binary[EM_BIN_COUNT] = {
     [EM_BIN_ADD] = &rule_add, [EM_BIN_SUB] = &rule_sub, [EM_BIN_MUL] = &rule_mul,
     [EM_BIN_DIV] = &rule_div, [EM_BIN_POW] = &rule_pow, [EM_BIN_REM] = &rule_rem,
-    [EM_BIN_MAX] = &rule_max, [EM_BIN_MIN] = &rule_min,
+    [EM_BIN_MAX] = &rule_max, [EM_BIN_MIN] = &rule_min, [EM_BIN_ATAN2] = &rule_atan2,
 };
 
 /* ---- where(cond, a, b), inputs (a, b, cond) ---- */
@@ -249,3 +296,91 @@ static em_status where_backward(emi_ad_bw *bw) {
 
 const emi_ad_rule emi_rule_where = {"where", false, EMI_NEED_IN(2), where_forward,
                                     where_backward};
+
+/* ---- clamp_tensor(x, lo, hi), inputs (x, lo or NULL, hi or NULL) ---- */
+
+static em_status clamp_tensor_forward(const void *p, em_tensor *const *in, int nin,
+                                      em_tensor **out) {
+    (void)nin;
+    const emi_rule_clamp_tensor_params *cp = p;
+    return em_clamp_tensor(in[0], cp->has_lo ? in[1] : NULL, cp->has_hi ? in[2] : NULL, out);
+}
+
+/* gin[i] = unbroadcast(where(m, grad, 0)); m consumed. */
+static em_status put_where(emi_ad_bw *bw, int i, em_tensor *m, em_status s) {
+    em_tensor *zero = NULL, *g = NULL;
+    if (s == EM_OK) s = em_full(NULL, 0, 0.0, bw->grad->dtype, em_tensor_device(bw->grad), &zero);
+    if (s == EM_OK) s = em_where(m, bw->grad, zero, &g);
+    em_tensor_release(zero);
+    em_tensor_release(m);
+    if (s == EM_OK) return put(bw, i, g);
+    em_tensor_release(g);
+    return s;
+}
+
+/* a op b, then combined with *acc by and (or `or`) when *acc is set. */
+static em_status mask_join(em_status s, em_tensor **acc, em_tensor *m, bool or) {
+    if (s != EM_OK || !*acc) {
+        if (s == EM_OK) *acc = m;
+        else em_tensor_release(m);
+        return s;
+    }
+    em_tensor *r = NULL;
+    s = or ? em_logical_or(*acc, m, &r) : em_logical_and(*acc, m, &r);
+    em_tensor_release(*acc);
+    em_tensor_release(m);
+    *acc = r;
+    return s;
+}
+
+/* As PyTorch's clamp_backward and clamp_backward_min_max: x gets the gradient where
+ * lo <= x <= hi (NaN blocks it); lo where x < lo (and lo < hi when hi is given); hi where
+ * x > hi (or hi < lo when lo is given). */
+static em_status clamp_tensor_backward(emi_ad_bw *bw) {
+    const emi_rule_clamp_tensor_params *cp = bw->params;
+    em_tensor *x, *lo = NULL, *hi = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK && cp->has_lo) s = emi_bw_input(bw, 1, &lo);
+    if (s == EM_OK && cp->has_hi) s = emi_bw_input(bw, 2, &hi);
+    if (s != EM_OK) return s;
+    if (bw->need[0]) {
+        em_tensor *m = NULL, *t = NULL;
+        if (lo) {
+            s = em_ge(x, lo, &t);
+            s = mask_join(s, &m, t, false);
+        }
+        if (s == EM_OK && hi) {
+            t = NULL;
+            s = em_le(x, hi, &t);
+            s = mask_join(s, &m, t, false);
+        }
+        s = put_where(bw, 0, m, s);
+    }
+    if (s == EM_OK && lo && bw->need[1]) {
+        em_tensor *m = NULL, *t = NULL;
+        s = em_lt(x, lo, &t);
+        s = mask_join(s, &m, t, false);
+        if (s == EM_OK && hi) {
+            t = NULL;
+            s = em_lt(lo, hi, &t);
+            s = mask_join(s, &m, t, false);
+        }
+        s = put_where(bw, 1, m, s);
+    }
+    if (s == EM_OK && hi && bw->need[2]) {
+        em_tensor *m = NULL, *t = NULL;
+        s = em_gt(x, hi, &t);
+        s = mask_join(s, &m, t, false);
+        if (s == EM_OK && lo) {
+            t = NULL;
+            s = em_lt(hi, lo, &t);
+            s = mask_join(s, &m, t, true);
+        }
+        s = put_where(bw, 2, m, s);
+    }
+    return s;
+}
+
+const emi_ad_rule emi_rule_clamp_tensor = {"clamp_tensor", false,
+                                           EMI_NEED_IN(0) | EMI_NEED_IN(1) | EMI_NEED_IN(2),
+                                           clamp_tensor_forward, clamp_tensor_backward};

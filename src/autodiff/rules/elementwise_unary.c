@@ -1,6 +1,7 @@
 /* elementwise_unary.c — backward rules of the unary elementwise ops: neg abs exp log log1p
- * sqrt rsqrt sin cos tanh sigmoid relu gelu silu erf recip clamp (floor ceil round sign have
- * no gradient; logical_not has no float result). */
+ * sqrt rsqrt sin cos tanh sigmoid relu gelu silu erf recip clamp softplus tan asin acos atan
+ * sinh cosh expm1 log2 log10 nan_to_num (floor ceil round sign have no gradient; logical_not,
+ * isnan, isinf and isfinite have no float result). */
 #include <math.h>
 
 #include "autodiff/rules/rules.h"
@@ -29,6 +30,17 @@ static em_status unary_forward(const void *params, em_tensor *const *in, int nin
     case EM_UN_ERF: return em_erf(x, out);
     case EM_UN_RECIP: return em_recip(x, out);
     case EM_UN_CLAMP: return em_clamp(x, p->p[0], p->p[1], out);
+    case EM_UN_SOFTPLUS: return em_softplus(x, p->p[0], p->p[1], out);
+    case EM_UN_TAN: return em_tan(x, out);
+    case EM_UN_ASIN: return em_asin(x, out);
+    case EM_UN_ACOS: return em_acos(x, out);
+    case EM_UN_ATAN: return em_atan(x, out);
+    case EM_UN_SINH: return em_sinh(x, out);
+    case EM_UN_COSH: return em_cosh(x, out);
+    case EM_UN_EXPM1: return em_expm1(x, out);
+    case EM_UN_LOG2: return em_log2(x, out);
+    case EM_UN_LOG10: return em_log10(x, out);
+    case EM_UN_NAN_TO_NUM: return em_nan_to_num(x, p->p[0], &p->p[1], &p->p[2], out);
     default: break;
     }
     return emi_fail(EM_ERR_STATE, "unary_forward: op %d has no recompute", (int)p->op);
@@ -294,6 +306,134 @@ static em_status clamp_backward(emi_ad_bw *bw) {
     return s;
 }
 
+/* ---- issue 14's ops ---- */
+
+/* softplus: d = sigmoid(beta x), 1 where beta x > threshold (the identity branch), as PyTorch */
+static em_status softplus_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    const emi_rule_unary_params *p = bw->params;
+    em_tensor *x, *bx = NULL, *sg = NULL, *m = NULL, *f = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_mul_scalar(x, p->p[0], &bx);
+    if (s == EM_OK) s = em_sigmoid(bx, &sg);
+    if (s == EM_OK) s = em_gt_scalar(bx, p->p[1], &m);
+    if (s == EM_OK) s = em_masked_fill(sg, m, 1.0, &f);
+    em_tensor_release(bx);
+    em_tensor_release(sg);
+    em_tensor_release(m);
+    return put_mul(bw, s, f);
+}
+
+/* d tan(x) = 1 + y^2 */
+static em_status tan_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *y, *y2 = NULL, *f = NULL;
+    em_status s = emi_bw_output(bw, &y);
+    if (s == EM_OK) s = em_mul(y, y, &y2);
+    if (s == EM_OK) s = em_add_scalar(y2, 1.0, &f);
+    em_tensor_release(y2);
+    return put_mul(bw, s, f);
+}
+
+/* 1 - x^2 (asin, acos) */
+static em_status one_minus_sq(const em_tensor *x, em_tensor **out) {
+    em_tensor *x2 = NULL, *n = NULL;
+    em_status s = em_mul(x, x, &x2);
+    if (s == EM_OK) s = em_neg(x2, &n);
+    if (s == EM_OK) s = em_add_scalar(n, 1.0, out);
+    em_tensor_release(x2);
+    em_tensor_release(n);
+    return s;
+}
+
+/* d asin(x) = 1 / sqrt(1 - x^2); d acos(x) = -1 / sqrt(1 - x^2) */
+static em_status asin_acos_backward(emi_ad_bw *bw, bool neg) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *t = NULL, *r = NULL, *f = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = one_minus_sq(x, &t);
+    if (s == EM_OK) s = em_rsqrt(t, &r);
+    if (s == EM_OK && neg) s = em_neg(r, &f);
+    else if (s == EM_OK) {
+        f = r;
+        r = NULL;
+    }
+    em_tensor_release(t);
+    em_tensor_release(r);
+    return put_mul(bw, s, f);
+}
+static em_status asin_backward(emi_ad_bw *bw) { return asin_acos_backward(bw, false); }
+static em_status acos_backward(emi_ad_bw *bw) { return asin_acos_backward(bw, true); }
+
+/* d atan(x) = 1 / (1 + x^2) */
+static em_status atan_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *x2 = NULL, *t = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_mul(x, x, &x2);
+    if (s == EM_OK) s = em_add_scalar(x2, 1.0, &t);
+    if (s == EM_OK) s = em_div(bw->grad, t, &bw->gin[0]);
+    em_tensor_release(x2);
+    em_tensor_release(t);
+    return s;
+}
+
+/* d sinh(x) = cosh(x); d cosh(x) = sinh(x) */
+static em_status sinh_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *f = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_cosh(x, &f);
+    return put_mul(bw, s, f);
+}
+static em_status cosh_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *f = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_sinh(x, &f);
+    return put_mul(bw, s, f);
+}
+
+/* d expm1(x) = e^x = y + 1 */
+static em_status expm1_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *y, *f = NULL;
+    em_status s = emi_bw_output(bw, &y);
+    if (s == EM_OK) s = em_add_scalar(y, 1.0, &f);
+    return put_mul(bw, s, f);
+}
+
+/* d log_b(x) = 1 / (x ln b) */
+static em_status logb_backward(emi_ad_bw *bw, double lnb) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *t = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_mul_scalar(x, lnb, &t);
+    if (s == EM_OK) s = em_div(bw->grad, t, &bw->gin[0]);
+    em_tensor_release(t);
+    return s;
+}
+static em_status log2_backward(emi_ad_bw *bw) {
+    return logb_backward(bw, 0.69314718055994530942);
+}
+static em_status log10_backward(emi_ad_bw *bw) {
+    return logb_backward(bw, 2.30258509299404568402);
+}
+
+/* nan_to_num passes the gradient where x is finite (the replaced elements are constants) */
+static em_status nan_to_num_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    em_tensor *x, *m = NULL, *zero = NULL;
+    em_status s = emi_bw_input(bw, 0, &x);
+    if (s == EM_OK) s = em_isfinite(x, &m);
+    if (s == EM_OK)
+        s = em_full(NULL, 0, 0.0, em_tensor_dtype(bw->grad), em_tensor_device(bw->grad), &zero);
+    if (s == EM_OK) s = em_where(m, bw->grad, zero, &bw->gin[0]);
+    em_tensor_release(m);
+    em_tensor_release(zero);
+    return s;
+}
+
 #define IN0 EMI_NEED_IN(0)
 #define OUT EMI_NEED_OUT
 #define RULE(id, nm, needs, bw) \
@@ -315,6 +455,17 @@ RULE(silu, "silu", IN0, silu_backward);
 RULE(erf, "erf", IN0, erf_backward);
 RULE(recip, "recip", OUT, recip_backward);
 RULE(clamp, "clamp", IN0, clamp_backward);
+RULE(softplus, "softplus", IN0, softplus_backward);
+RULE(tan, "tan", OUT, tan_backward);
+RULE(asin, "asin", IN0, asin_backward);
+RULE(acos, "acos", IN0, acos_backward);
+RULE(atan, "atan", IN0, atan_backward);
+RULE(sinh, "sinh", IN0, sinh_backward);
+RULE(cosh, "cosh", IN0, cosh_backward);
+RULE(expm1, "expm1", OUT, expm1_backward);
+RULE(log2, "log2", IN0, log2_backward);
+RULE(log10, "log10", IN0, log10_backward);
+RULE(nan_to_num, "nan_to_num", IN0, nan_to_num_backward);
 
 const emi_ad_rule *const emi_rules_unary[EM_UN_COUNT] = {
     [EM_UN_NEG] = &rule_neg,          [EM_UN_ABS] = &rule_abs,
@@ -328,4 +479,11 @@ const emi_ad_rule *const emi_rules_unary[EM_UN_COUNT] = {
     [EM_UN_CLAMP] = &rule_clamp,      [EM_UN_FLOOR] = &emi_rule_no_grad,
     [EM_UN_CEIL] = &emi_rule_no_grad, [EM_UN_ROUND] = &emi_rule_no_grad,
     [EM_UN_SIGN] = &emi_rule_no_grad, [EM_UN_LOGICAL_NOT] = NULL,
+    [EM_UN_SOFTPLUS] = &rule_softplus, [EM_UN_TAN] = &rule_tan,
+    [EM_UN_ASIN] = &rule_asin,         [EM_UN_ACOS] = &rule_acos,
+    [EM_UN_ATAN] = &rule_atan,         [EM_UN_SINH] = &rule_sinh,
+    [EM_UN_COSH] = &rule_cosh,         [EM_UN_EXPM1] = &rule_expm1,
+    [EM_UN_LOG2] = &rule_log2,         [EM_UN_LOG10] = &rule_log10,
+    [EM_UN_ISNAN] = NULL,              [EM_UN_ISINF] = NULL,
+    [EM_UN_ISFINITE] = NULL,           [EM_UN_NAN_TO_NUM] = &rule_nan_to_num,
 };

@@ -15,7 +15,8 @@ extern const emi_ad_rule emi_rule_to_device; /* params: em_device (the source, i
 /* elementwise_unary.c: indexed by em_unary_op (NULL for ops with no float result). */
 typedef struct emi_rule_unary_params {
     em_unary_op op;
-    double p[2]; /* EM_UN_CLAMP: lo, hi */
+    double p[3]; /* EM_UN_CLAMP: lo, hi; EM_UN_SOFTPLUS: beta, threshold; EM_UN_NAN_TO_NUM:
+                    the values for NaN, +inf, -inf */
 } emi_rule_unary_params;
 extern const emi_ad_rule *const emi_rules_unary[EM_UN_COUNT];
 
@@ -32,6 +33,12 @@ extern const emi_ad_rule *const emi_rules_scalar[EM_BIN_COUNT];
 
 /* elementwise_binary.c: where(cond, a, b) with inputs (a, b, cond); no params. */
 extern const emi_ad_rule emi_rule_where;
+
+/* elementwise_binary.c: clamp_tensor with inputs (x, lo or NULL, hi or NULL). */
+typedef struct emi_rule_clamp_tensor_params {
+    bool has_lo, has_hi;
+} emi_rule_clamp_tensor_params;
+extern const emi_ad_rule emi_rule_clamp_tensor;
 
 /* ==== reductions and linear algebra (adred) ==== */
 

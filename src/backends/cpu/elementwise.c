@@ -8,16 +8,21 @@
  * broadcast [N,C,H,W] x [1,C,1,1] is N*C rows of H*W against one value; rows of at most 256
  * elements are taken as blocks of rows, one vector op a block (shortrows.h). f16/bf16
  * compute in f32 and round once on store, as ref does (its double result rounded to float,
- * then to the dtype, is the float result for + - * / max min). Integer dtypes and bool
- * compute in int64 with ref's wrapping, floor division and remainder. Comparisons go to
+ * then to the dtype, is the float result for + - * / max min). Integer dtypes compute in
+ * int64 with ref's wrapping, floor division and remainder; bool and / or / xor as bytes.
+ * atan2 is vmath_more.h's (f32, f16, bf16) or libm's (f64). Comparisons go to
  * compare.c. The file is compiled once per instruction-set level (isa.h); rows are split
  * over the thread pool. */
 #include <math.h>
 
 #include "cpu.h"
 #include "shortrows.h"
+#include "vmath_more.h"
 
 #define CPU_GRAIN (1 << 15)
+
+/* atan2: vmath_more.h's for floats (f16 / bf16 through them), libm for f64 */
+#define CPU_ATAN2(A, B) _Generic((A), float: cpu_atan2f, default: atan2)((A), (B))
 
 /* ---- binary: a op b, with a and b each either a vector or a scalar per row ---- */
 
@@ -44,6 +49,7 @@
             o[i] = a_ != a_ ? a_ : (b_ != b_ ? b_ : (a_ <= b_ ? a_ : b_));                      \
         }                                                                                      \
         break;                                                                                 \
+    case EM_BIN_ATAN2: for (int64_t i = 0; i < n; i++) o[i] = CPU_ATAN2(A, B); break;         \
     default: break;                                                                            \
     }
 
@@ -170,6 +176,7 @@ static inline int64_t rem_int(int64_t a, int64_t b) {
     case EM_BIN_MIN: for (int64_t i = 0; i < n; i++) o[i] = (A) <= (B) ? (A) : (B); break;     \
     case EM_BIN_AND: for (int64_t i = 0; i < n; i++) o[i] = (A) != 0 && (B) != 0; break;       \
     case EM_BIN_OR: for (int64_t i = 0; i < n; i++) o[i] = (A) != 0 || (B) != 0; break;        \
+    case EM_BIN_XOR: for (int64_t i = 0; i < n; i++) o[i] = ((A) != 0) != ((B) != 0); break;   \
     default: break;                                                                            \
     }
 
@@ -203,6 +210,40 @@ static void bin_row_int(void *ctx, char *const *p, const int64_t *s, int64_t n) 
         }
         cpu_blk_st_i64(c->dt, p[0] + i * s[0] * es, s[0], bo, m);
     }
+}
+
+/* ---- bool and / or / xor: bytes (nonzero is true), no int64 staging ---- */
+
+#define BOOL_BODY(A, B)                                                                        \
+    switch (op) {                                                                              \
+    case EM_BIN_AND: for (int64_t i = 0; i < n; i++) o[i * so] = ((A) != 0) & ((B) != 0); break; \
+    case EM_BIN_OR: for (int64_t i = 0; i < n; i++) o[i * so] = ((A) != 0) | ((B) != 0); break; \
+    default: for (int64_t i = 0; i < n; i++) o[i * so] = ((A) != 0) ^ ((B) != 0); break;       \
+    }
+
+/* o = a op b over n bools with strides so (1 in the fast cases), sa, sb (0 or 1 there). */
+static void bool_loop(em_binary_op op, uint8_t *restrict o, int64_t so, const uint8_t *a,
+                      int64_t sa, const uint8_t *b, int64_t sb, int64_t n) {
+    if (so == 1 && sa == 1 && sb == 1) {
+        so = 1;
+        BOOL_BODY(a[i], b[i])
+    } else if (so == 1 && sa == 1 && sb == 0) {
+        so = 1;
+        const uint8_t y = b[0];
+        BOOL_BODY(a[i], y)
+    } else if (so == 1 && sa == 0 && sb == 1) {
+        so = 1;
+        const uint8_t x = a[0];
+        BOOL_BODY(x, b[i])
+    } else {
+        BOOL_BODY(a[i * sa], b[i * sb])
+    }
+}
+
+static void bin_row_bool(void *ctx, char *const *p, const int64_t *s, int64_t n) {
+    const bin_ctx *c = ctx;
+    bool_loop(c->op, (uint8_t *)p[0], s[0], (const uint8_t *)p[1], s[1], (const uint8_t *)p[2],
+              s[2], n);
 }
 
 typedef struct bin_job {
@@ -248,11 +289,14 @@ static bool binary_native(em_binary_op op, const em_view *out, const em_view *a,
     j.c.dt = dt;
     if (dt == EM_F32 || cpu_is_half(dt)) j.row = bin_row_f32;
     else if (dt == EM_F64) j.row = bin_row_f64;
+    else if (dt == EM_BOOL && (op == EM_BIN_AND || op == EM_BIN_OR || op == EM_BIN_XOR))
+        j.row = bin_row_bool;
     else {
-        if (op == EM_BIN_POW) return false; /* float-only: the core never asks */
+        if (op == EM_BIN_POW || op == EM_BIN_ATAN2) return false; /* float-only: never asked */
         j.row = bin_row_int;
     }
-    if (cpu_is_float_dt(dt) && (op == EM_BIN_AND || op == EM_BIN_OR)) return false;
+    if (cpu_is_float_dt(dt) && (op == EM_BIN_AND || op == EM_BIN_OR || op == EM_BIN_XOR))
+        return false;
     if (cpu_sb_run(&j.it, op, dt, dt == EM_F64 ? bin_sb_f64 : bin_sb_f32, CPU_GRAIN,
                    cpu_parallel_for))
         return true;

@@ -17,11 +17,11 @@ static const cpu_fb_case fb_cases[] = {
                                "on i8..i64/u8 run ref's int64 loop); f32/f64/f16/bf16 and "
                                "logical_not on bool are native in every layout",
                       false, true},
-    [CPU_FB_BINARY] = {"binary", "integer pow (float-only: the core never asks) and operands "
+    [CPU_FB_BINARY] = {"binary", "integer pow or atan2 (float-only: the core never asks) and operands "
                                  "whose dtype differs from out's or each other's (the core never "
                                  "makes them); every layout and dtype else is native",
                        false, false},
-    [CPU_FB_BINARY_SCALAR] = {"binary_scalar", "likewise (integer pow, mixed dtypes)", false,
+    [CPU_FB_BINARY_SCALAR] = {"binary_scalar", "likewise (integer pow or atan2, mixed dtypes)", false,
                               false},
     [CPU_FB_WHERE] = {"where", "a condition that is not bool or operands of another dtype than "
                                "out's (the core never makes them); every layout is native",

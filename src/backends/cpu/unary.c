@@ -10,13 +10,15 @@
  *     its double result once (they differ by at most one half ulp, and only rarely);
  *   - strided operands (transposed, sliced, flipped, expanded inputs, strided outputs): blocks
  *     gathered through the strides onto the stack, the contiguous loop, scattered back.
- * Integer dtypes go to ref's loop (fallback.c's unary row). */
+ * The ops of issue 14 (softplus ... nan_to_num) run in unary_more.h. Integer dtypes go to
+ * ref's loop (fallback.c's unary row). */
 #include <math.h>
 #include <string.h>
 
 #include "cpu.h"
 #include "fallback.h"
 #include "half.h"
+#include "unary_more.h"
 #include "vmath.h"
 
 #define CPU_GRAIN (1 << 15)
@@ -214,6 +216,7 @@ static void unary_strided_range(int64_t lo, int64_t hi, void *arg) {
 
 em_status CPU_K(cpu_unary)(void *ctx, em_unary_op op, const em_view *out, const em_view *in,
                            const double *params) {
+    if (op >= EM_UN_SOFTPLUS && unary_more(op, out, in, params)) return EM_OK; /* unary_more.h */
     const em_dtype dt = in->dtype;
     bool native = out->dtype == dt &&
                   (op == EM_UN_LOGICAL_NOT ? dt == EM_BOOL

@@ -186,22 +186,26 @@ em_status ocl_unary(void *ctx, em_unary_op op, const em_view *out, const em_view
     em_status s = ew_check(d, "unary", vs, 2);
     if (s != EM_OK) return s;
     int64_t n = ocl_numel(out);
-    double lo = 0, hi = 0;
+    double lo = 0, hi = 0, p2 = 0;
     int64_t ilo = INT64_MIN, ihi = INT64_MAX;
     if (op == EM_UN_CLAMP && params) {
         lo = params[0], hi = params[1];
         ilo = bound_to_int(lo, 1), ihi = bound_to_int(hi, 0);
     }
-    ew_scalar u0, u1;
+    if ((op == EM_UN_SOFTPLUS || op == EM_UN_NAN_TO_NUM) && params) {
+        lo = params[0], hi = params[1];
+        if (op == EM_UN_NAN_TO_NUM) p2 = params[2];
+    }
+    ew_scalar u0, u1, u2;
     cl_mem mo = ocl_mem(out), mi = ocl_mem(in);
     ocl_view_arg ov = ocl_view(out), iv = ocl_view(in);
     cl_long nn = n;
     cl_int contig = all_contig(vs, 2), cop = (cl_int)op;
     ocl_arg args[] = {OCL_ARG(mo), OCL_ARG(ov), OCL_ARG(mi), OCL_ARG(iv), OCL_ARG(nn),
                       OCL_ARG(contig), OCL_ARG(cop), scalar_arg(in->dtype, lo, ilo, &u0),
-                      scalar_arg(in->dtype, hi, ihi, &u1)};
+                      scalar_arg(in->dtype, hi, ihi, &u1), scalar_arg(in->dtype, p2, 0, &u2)};
     return ew_launch(d, "ew_unary", ocl_dtype_tag(in->dtype), ocl_dtype_tag(out->dtype), NULL, n,
-                     9, args);
+                     10, args);
 }
 
 em_status ocl_binary(void *ctx, em_binary_op op, const em_view *out, const em_view *a,

@@ -41,18 +41,20 @@ typedef float real;
 enum {
     UN_NEG, UN_ABS, UN_EXP, UN_LOG, UN_LOG1P, UN_SQRT, UN_RSQRT, UN_SIN, UN_COS, UN_TANH,
     UN_SIGMOID, UN_RELU, UN_GELU, UN_SILU, UN_ERF, UN_FLOOR, UN_CEIL, UN_ROUND, UN_RECIP, UN_SIGN,
-    UN_CLAMP, UN_LOGICAL_NOT
+    UN_CLAMP, UN_LOGICAL_NOT, UN_SOFTPLUS, UN_TAN, UN_ASIN, UN_ACOS, UN_ATAN, UN_SINH, UN_COSH,
+    UN_EXPM1, UN_LOG2, UN_LOG10, UN_ISNAN, UN_ISINF, UN_ISFINITE, UN_NAN_TO_NUM
 };
 enum {
     BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_POW, BIN_REM, BIN_MAX, BIN_MIN, BIN_EQ, BIN_NE,
-    BIN_LT, BIN_LE, BIN_GT, BIN_GE, BIN_AND, BIN_OR
+    BIN_LT, BIN_LE, BIN_GT, BIN_GE, BIN_AND, BIN_OR, BIN_ATAN2, BIN_XOR
 };
 
 #if CAT(ISF_, A)
 /* ---- float kinds ---- */
 
-/* op(x); lo and hi are clamp's bounds. */
-static inline ca un_op(int op, ca x, ca lo, ca hi) {
+/* op(x); lo and hi are clamp's bounds (softplus: beta and threshold; nan_to_num: the values
+ * for NaN and +inf, p2 the one for -inf). */
+static inline ca un_op(int op, ca x, ca lo, ca hi, ca p2) {
     const ca one = (ca)1, zero = (ca)0;
     switch (op) {
     case UN_NEG: return -x;
@@ -77,6 +79,20 @@ static inline ca un_op(int op, ca x, ca lo, ca hi) {
     case UN_SIGN: return x > zero ? one : x < zero ? -one : x;
     case UN_CLAMP: return x < lo ? lo : x > hi ? hi : x;
     case UN_LOGICAL_NOT: return x == zero ? one : zero;
+    case UN_SOFTPLUS: return x * lo > hi ? x : log1p(exp(x * lo)) / lo;
+    case UN_TAN: return tan(x);
+    case UN_ASIN: return asin(x);
+    case UN_ACOS: return acos(x);
+    case UN_ATAN: return atan(x);
+    case UN_SINH: return sinh(x);
+    case UN_COSH: return cosh(x);
+    case UN_EXPM1: return expm1(x);
+    case UN_LOG2: return log2(x);
+    case UN_LOG10: return log10(x);
+    case UN_ISNAN: return isnan(x) ? one : zero;
+    case UN_ISINF: return isinf(x) ? one : zero;
+    case UN_ISFINITE: return isfinite(x) ? one : zero;
+    case UN_NAN_TO_NUM: return isnan(x) ? lo : isinf(x) ? (x > zero ? hi : p2) : x;
     }
     return x;
 }
@@ -112,6 +128,8 @@ static inline ca bin_op(int op, ca a, ca b) {
     case BIN_GE: return a >= b;
     case BIN_AND: return a != (ca)0 && b != (ca)0;
     case BIN_OR: return a != (ca)0 || b != (ca)0;
+    case BIN_ATAN2: return atan2(a, b);
+    case BIN_XOR: return (a != (ca)0) != (b != (ca)0);
     }
     return (ca)0;
 }
@@ -125,8 +143,8 @@ typedef ca xt; /* the arithmetic type of the kernels below */
 
 static inline long neg_wrap(long x) { return (long)(0ul - (ulong)x); }
 
-/* op(x); lo and hi are clamp's bounds. */
-static inline long un_op(int op, long x, long lo, long hi) {
+/* op(x); lo and hi are clamp's bounds (p2 unused: the float-only ops never reach here). */
+static inline long un_op(int op, long x, long lo, long hi, long p2) {
     switch (op) {
     case UN_NEG: return neg_wrap(x);
     case UN_ABS: return x < 0 ? neg_wrap(x) : x;
@@ -134,6 +152,8 @@ static inline long un_op(int op, long x, long lo, long hi) {
     case UN_SIGN: return (x > 0) - (x < 0);
     case UN_CLAMP: return x < lo ? lo : x > hi ? hi : x;
     case UN_LOGICAL_NOT: return x == 0;
+    case UN_ISFINITE: return 1;
+    case UN_ISNAN: case UN_ISINF: return 0;
     }
     return x;
 }
@@ -178,6 +198,7 @@ static inline long bin_op(int op, long a, long b) {
     case BIN_GE: return a >= b;
     case BIN_AND: return a != 0 && b != 0;
     case BIN_OR: return a != 0 || b != 0;
+    case BIN_XOR: return (a != 0) != (b != 0);
     }
     return 0;
 }
@@ -195,13 +216,13 @@ __kernel void ew_copy(__global to *o, view_t ov, __global const ta *a, view_t av
     STO(o, IDX(ov, i), CVT(A, O, LDA(a, IDX(av, i))));
 }
 
-/* out = op(in); p0, p1: clamp's bounds. */
+/* out = op(in); p0, p1, p2: the op's params (clamp's bounds, ...). */
 __kernel void ew_unary(__global to *o, view_t ov, __global const ta *a, view_t av, long n,
-                       int contig, int op, sct p0, sct p1) {
+                       int contig, int op, sct p0, sct p1, sct p2) {
     long i = get_global_id(0);
     if (i >= n) return;
     xt x = LOADX(a, IDX(av, i));
-    STORE_RES(o, IDX(ov, i), un_op(op, x, (xt)p0, (xt)p1));
+    STORE_RES(o, IDX(ov, i), un_op(op, x, (xt)p0, (xt)p1, (xt)p2));
 }
 
 /* out = a op b (views already broadcast). */

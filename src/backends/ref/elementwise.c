@@ -11,7 +11,8 @@
 
 /* ---- scalar functions ---- */
 
-/* op(x) for a float element (computed in double). p holds clamp's lo and hi. */
+/* op(x) for a float element (computed in double). p holds clamp's lo and hi, softplus's beta
+ * and threshold, nan_to_num's three values. */
 static double un_float(em_unary_op op, double x, const double *p) {
     switch (op) {
     case EM_UN_NEG: return -x;
@@ -36,6 +37,23 @@ static double un_float(em_unary_op op, double x, const double *p) {
     case EM_UN_SIGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x; /* keeps 0 and NaN */
     case EM_UN_CLAMP: return x < p[0] ? p[0] : x > p[1] ? p[1] : x; /* NaN stays NaN */
     case EM_UN_LOGICAL_NOT: return x == 0;
+    case EM_UN_SOFTPLUS: { /* PyTorch's: x itself above the threshold */
+        double bx = x * p[0];
+        return bx > p[1] ? x : log1p(exp(bx)) / p[0];
+    }
+    case EM_UN_TAN: return tan(x);
+    case EM_UN_ASIN: return asin(x);
+    case EM_UN_ACOS: return acos(x);
+    case EM_UN_ATAN: return atan(x);
+    case EM_UN_SINH: return sinh(x);
+    case EM_UN_COSH: return cosh(x);
+    case EM_UN_EXPM1: return expm1(x);
+    case EM_UN_LOG2: return log2(x);
+    case EM_UN_LOG10: return log10(x);
+    case EM_UN_ISNAN: return x != x;
+    case EM_UN_ISINF: return isinf(x) ? 1.0 : 0.0;
+    case EM_UN_ISFINITE: return isfinite(x) ? 1.0 : 0.0;
+    case EM_UN_NAN_TO_NUM: return x != x ? p[0] : x == INFINITY ? p[1] : x == -INFINITY ? p[2] : x;
     case EM_UN_COUNT: break;
     }
     return x;
@@ -63,9 +81,11 @@ static int64_t un_int(em_unary_op op, int64_t x, int64_t lo, int64_t hi) {
     case EM_UN_FLOOR: case EM_UN_CEIL: case EM_UN_ROUND: return x;
     case EM_UN_CLAMP: return x < lo ? lo : x > hi ? hi : x;
     case EM_UN_LOGICAL_NOT: return x == 0;
+    case EM_UN_ISNAN: case EM_UN_ISINF: return 0; /* ints: none (the core answers itself) */
+    case EM_UN_ISFINITE: return 1;
     default: break;
     }
-    return x; /* float-only ops never reach an int kernel */
+    return x; /* float-only ops never reach an int kernel; nan_to_num is the identity */
 }
 
 /* Python's % on doubles, as numpy.remainder: the result takes the divisor's sign. */
@@ -99,6 +119,8 @@ static double bin_float(em_binary_op op, double a, double b) {
     case EM_BIN_GE: return a >= b;
     case EM_BIN_AND: return a != 0 && b != 0;
     case EM_BIN_OR: return a != 0 || b != 0;
+    case EM_BIN_ATAN2: return atan2(a, b);
+    case EM_BIN_XOR: return (a != 0) != (b != 0);
     case EM_BIN_COUNT: break;
     }
     return 0;
@@ -140,6 +162,8 @@ static int64_t bin_int(em_binary_op op, int64_t a, int64_t b) {
     case EM_BIN_GE: return a >= b;
     case EM_BIN_AND: return a != 0 && b != 0;
     case EM_BIN_OR: return a != 0 || b != 0;
+    case EM_BIN_ATAN2: return (int64_t)atan2((double)a, (double)b); /* float-only; not reached */
+    case EM_BIN_XOR: return (a != 0) != (b != 0);
     case EM_BIN_COUNT: break;
     }
     return 0;

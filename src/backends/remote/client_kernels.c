@@ -45,11 +45,9 @@ em_status rc_copy(void *ctx, const em_view *out, const em_view *in) {
 
 em_status rc_unary(void *ctx, em_unary_op op, const em_view *out, const em_view *in,
                    const double *params) {
-    double d[2] = {0, 0};
-    if (op == EM_UN_CLAMP && params) {
-        d[0] = params[0];
-        d[1] = params[1];
-    }
+    double d[3] = {0, 0, 0}; /* clamp and softplus: two params; nan_to_num: three */
+    const int np = op == EM_UN_NAN_TO_NUM ? 3 : (op == EM_UN_CLAMP || op == EM_UN_SOFTPLUS) ? 2 : 0;
+    for (int k = 0; k < np && params; k++) d[k] = params[k];
     return rc_kernel(ctx, RW_K_UNARY, (int)op, RC_V(out, in), NULL, d);
 }
 

@@ -139,7 +139,8 @@ static uint8_t rs_binary_kind(int op) {
     switch (op) {
     case EM_BIN_POW: return K_FLOAT;
     case EM_BIN_EQ: case EM_BIN_NE: return K_ANY;
-    case EM_BIN_AND: case EM_BIN_OR: return K_BOOL;
+    case EM_BIN_AND: case EM_BIN_OR: case EM_BIN_XOR: return K_BOOL;
+    case EM_BIN_ATAN2: return K_FLOAT;
     default: return K_NUMERIC;
     }
 }
@@ -151,11 +152,14 @@ static rs_rule rs_rule_of(const rw_kernel *k) {
     case RW_K_RANDOM: /* uniform and normal make floats; bernoulli any dtype */
         r.kind[0] = k->sub == EM_RAND_BERNOULLI ? K_ANY : K_FLOAT;
         break;
-    case RW_K_UNARY: r.kind[1] = rs_unary_kind(k->sub); break;
+    case RW_K_UNARY:
+        r.kind[1] = rs_unary_kind(k->sub);
+        if (em_unary_op_is_bool((em_unary_op)k->sub)) r.dt[0] = D_BOOL; /* isnan ... */
+        break;
     case RW_K_BINARY: case RW_K_BINARY_SCALAR:
         r.kind[1] = rs_binary_kind(k->sub);
         if (k->slot == RW_K_BINARY) r.kind[2] = r.kind[1];
-        if (k->sub >= EM_BIN_EQ) r.dt[0] = D_BOOL; /* comparisons and logical ops */
+        if (em_binary_op_is_bool((em_binary_op)k->sub)) r.dt[0] = D_BOOL; /* comparisons, logical */
         break;
     case RW_K_REDUCE:
         if (k->sub == EM_RED_MEAN || k->sub == EM_RED_VAR || k->sub == EM_RED_LOGSUMEXP)

@@ -16,7 +16,7 @@
 #include "ember/backend.h"
 
 #define RW_MAGIC "EMBR"
-#define RW_VERSION 1u
+#define RW_VERSION 2u /* 2: unary kernels carry three doubles (nan_to_num's values) */
 #define RW_NONCE_BYTES 32
 #define RW_MAC_BYTES 32
 #define RW_MAX_RANK 8
@@ -76,7 +76,7 @@ extern const rw_slot_info rw_slots[RW_K_COUNT];
 
 #define RW_MAX_VIEWS 4
 #define RW_MAX_INTS 10
-#define RW_MAX_DOUBLES 2
+#define RW_MAX_DOUBLES 3
 
 /** A view on the wire: em_view with a buffer id in place of the pointer. */
 typedef struct rw_view {

@@ -560,3 +560,218 @@ for dt in ("f32", "f64"):
     for sv in (3.0, -1.0, -2.0, 0.5):
         add("pow_scalar", [T(dt, [-2.0, -1.5, -0.0, 0.0, 0.5, 1.0, 3.0, INF, -INF, NAN])],
             lambda a, s: np.power(a, s), params={"s": sv}, tag="%s-neg-%g" % (dt, sv))
+
+# ---- issue 14: tan asin acos atan sinh cosh expm1 log2 log10 (float only) ----
+MORE_UNARY = {
+    "tan": (np.tan, lambda s: rnd(s, -1.4, 1.4)),
+    "asin": (np.arcsin, lambda s: rnd(s, -1, 1)),
+    "acos": (np.arccos, lambda s: rnd(s, -1, 1)),
+    "atan": (np.arctan, lambda s: rnd(s, -6, 6)),
+    "sinh": (np.sinh, lambda s: rnd(s, -5, 5)),
+    "cosh": (np.cosh, lambda s: rnd(s, -5, 5)),
+    "expm1": (np.expm1, lambda s: rnd(s, -3, 3)),
+    "log2": (np.log2, lambda s: rnd(s, 0.05, 50)),
+    "log10": (np.log10, lambda s: rnd(s, 0.05, 50)),
+}
+for op, (ref, gen) in MORE_UNARY.items():
+    for dt in FLOATS:
+        add(op, [T(dt, gen((3, 4)))], ref)
+    add(op, [T("f32", gen((4, 3)), view=("transpose", 0, 1))], ref, tag="f32-transpose")
+    add(op, [T("f16", gen((2, 6)), view=("slice", 1, 1, 6, 2))], ref, tag="f16-slice2")
+    add(op, [T("bf16", gen((1, 5)), view=("expand", [3, 5]))], ref, tag="bf16-expand")
+    add(op, [T("f32", gen((2, 3)), view=("flip", [0, 1]))], ref, tag="f32-flip")
+    add(op, [T("f32", gen((37,)))], ref, tag="f32-odd")
+    add(op, [T("f64", gen(()))], ref, tag="f64-0d")
+    add(op, [T("f32", gen((0, 3)))], ref, tag="f32-empty")
+    add(op, [T("i32", rndi((2, 2)))], error="EM_ERR_DTYPE", tag="i32-err")
+    add(op, [T("bool", [True])], error="EM_ERR_DTYPE", tag="bool-err")
+    for dt in ("f32", "f64"):
+        add(op, [T(dt, [0.0, -0.0, INF, -INF, NAN])], ref, tag=dt + "-special")
+
+# domain edges and far values
+add("asin", [T("f32", [1.0, -1.0, 1.0000001, -1.5, 0.5, 1e-30])], np.arcsin, tag="f32-edges")
+add("acos", [T("f64", [1.0, -1.0, 1.0000000001, -2.0, 0.0])], np.arccos, tag="f64-edges")
+add("acos", [T("f16", [1.0, -1.0, 0.999, -0.999, 1.5])], np.arccos, tag="f16-edges")
+add("tan", [T("f32", [1.5707963, -1.5707963, 10.0, -100.0, 1e-20])], np.tan, tag="f32-far")
+for dt in ("f32", "f64", "f16", "bf16"):
+    add("sinh", [T(dt, [20.0, -20.0, 88.0, -88.0, 89.0, 89.5, -90.0, 200.0, 1e-10, 0.75, -1.0,
+                        1.0, 0.99999])], np.sinh, tag=dt + "-far")
+    add("cosh", [T(dt, [20.0, -20.0, 88.0, -88.0, 89.0, 89.5, -90.0, 200.0, 1e-10, 11.0, 12.0])],
+        np.cosh, tag=dt + "-far")
+add("expm1", [T("f32", [1e-8, -1e-8, 1e-30, 0.69, -0.69, 0.71, -0.71, 88.0, 89.0, -100.0])],
+    np.expm1, tag="f32-near0-far")
+add("expm1", [T("f64", [1e-17, -1e-300, 709.0, 710.0, -800.0])], np.expm1, tag="f64-far")
+add("log2", [T("f32", [1.0, 2.0, 0.5, 1024.0, 1e-40, 3e38, -1.0, 1.0000001])], np.log2,
+    tag="f32-edges")
+add("log10", [T("f64", [1.0, 10.0, 1e-300, 1e300, 5e-324, -0.5])], np.log10, tag="f64-edges")
+add("log10", [T("bf16", [1.0, 10.0, 100.0, 0.001, 0.0, -1.0])], np.log10, tag="bf16-edges")
+
+# ---- softplus (PyTorch's: x itself where beta x > threshold) ----
+def softplus_ref(x, beta=1.0, threshold=20.0):
+    bx = x * beta
+    with np.errstate(over="ignore"):
+        soft = np.log1p(np.exp(bx)) / beta
+    return np.where(bx > threshold, x, soft)
+
+
+for dt in FLOATS:
+    add("softplus", [T(dt, rnd((3, 4), -6, 6))], softplus_ref, tag=dt)
+    add("softplus", [T(dt, [-100.0, -30.0, -20.0, 19.9, 20.0, 20.1, 30.0, 100.0, 0.0, -0.0, INF,
+                            -INF, NAN])], softplus_ref, tag=dt + "-far")
+add("softplus", [T("f32", rnd((3, 4), -6, 6))], softplus_ref, params={"beta": 2.0, "threshold": 5.0},
+    tag="f32-beta2-thr5")
+add("softplus", [T("f64", rnd((3, 4), -6, 6))], softplus_ref, params={"beta": 0.5, "threshold": 1.0},
+    tag="f64-beta-half")
+add("softplus", [T("f32", rnd((6,), -6, 6))], softplus_ref, params={"beta": -1.5, "threshold": 3.0},
+    tag="f32-beta-neg")
+add("softplus", [T("f32", rnd((4, 3), -6, 6), view=("transpose", 0, 1))], softplus_ref,
+    tag="f32-transpose")
+add("softplus", [T("bf16", rnd((2, 8), -6, 6), view=("slice", 1, 0, 8, 3))], softplus_ref,
+    tag="bf16-slice3")
+add("softplus", [T("f32", rnd((1, 4), -6, 6), view=("expand", [3, 4]))], softplus_ref,
+    tag="f32-expand")
+add("softplus", [T("f32", rnd((1000,), -40, 40))], softplus_ref, tag="f32-long")
+add("softplus", [T("f32", np.zeros((0, 2)))], softplus_ref, tag="f32-empty")
+add("softplus", [T("i32", [1])], error="EM_ERR_DTYPE", tag="i32-err")
+add("softplus", [T("f32", [1.0])], params={"beta": 0.0}, error="EM_ERR_ARG", tag="beta0-err")
+add("softplus", [T("f32", [1.0])], params={"threshold": NAN}, error="EM_ERR_ARG",
+    tag="thr-nan-err")
+
+# ---- isnan / isinf / isfinite (bool results; ints and bool: constants) ----
+CLASS = {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}
+SPECIAL = [0.0, -0.0, 1.5, -2.0, INF, -INF, NAN, 1e-40, 3e38]
+for op, ref in CLASS.items():
+    for dt in FLOATS:  # f16: its largest finite value in place of 3e38
+        add(op, [T(dt, SPECIAL[:-1] + [65504.0 if dt == "f16" else SPECIAL[-1]])], ref,
+            out_dtypes="bool", tag=dt)
+    add(op, [T("f32", np.array(SPECIAL * 4).reshape(6, 6), view=("transpose", 0, 1))], ref,
+        out_dtypes="bool", tag="f32-transpose")
+    add(op, [T("f16", np.array(SPECIAL[:-1] * 2), view=("slice", 0, 1, 16, 2))], ref,
+        out_dtypes="bool", tag="f16-slice2")
+    add(op, [T("f64", [NAN, 1.0], view=("expand", [3, 2]))], ref, out_dtypes="bool",
+        tag="f64-expand")
+    add(op, [T("bf16", np.array(SPECIAL * 8), view=("flip", [0]))], ref, out_dtypes="bool",
+        tag="bf16-flip-long")
+    add(op, [T("f32", np.where(rndb((300,)), NAN, rnd((300,))))], ref, out_dtypes="bool",
+        tag="f32-long")
+    for dt in ("i64", "i32", "u8"):
+        add(op, [T(dt, rndi((2, 3), 0, 5))], lambda x, ref=ref: ref(x.astype(np.float64)),
+            out_dtypes="bool", tag=dt)
+    add(op, [T("bool", [True, False])], lambda x, ref=ref: ref(x.astype(np.float64)),
+        out_dtypes="bool", tag="bool")
+    add(op, [T("f32", np.zeros((0,)))], ref, out_dtypes="bool", tag="f32-empty")
+    add(op, [T("f64", NAN)], ref, out_dtypes="bool", tag="f64-0d")
+
+# ---- nan_to_num (PyTorch's defaults: 0, the dtype's largest and lowest finite values) ----
+FMAX = {"f32": 3.4028234663852886e38, "f64": 1.7976931348623157e308, "f16": 65504.0,
+        "bf16": 3.3895313892515355e38}
+
+
+def nan_to_num_ref(dt):
+    def ref(x, nan=0.0, posinf=None, neginf=None):
+        pi = FMAX[dt] if posinf is None else posinf
+        ni = -FMAX[dt] if neginf is None else neginf
+        return np.where(np.isnan(x), nan, np.where(x == INF, pi, np.where(x == -INF, ni, x)))
+    return ref
+
+
+for dt in FLOATS:
+    add("nan_to_num", [T(dt, [NAN, INF, -INF, 1.5, -0.0, -2.0])], nan_to_num_ref(dt),
+        tag=dt + "-defaults")
+    add("nan_to_num", [T(dt, [NAN, INF, -INF, 1.5, 0.0])], nan_to_num_ref(dt),
+        params={"nan": -1.0, "posinf": 100.0, "neginf": -50.0}, tag=dt + "-values")
+add("nan_to_num", [T("f32", [NAN, INF, -INF, 2.0])], nan_to_num_ref("f32"),
+    params={"nan": 7.0, "posinf": 1e300}, tag="f32-overflowing-posinf")
+add("nan_to_num", [T("f16", [NAN, INF, -INF])], nan_to_num_ref("f16"),
+    params={"neginf": -1e5}, tag="f16-overflowing-neginf")
+add("nan_to_num", [T("f32", np.array([NAN, INF, -INF, 3.0] * 6).reshape(4, 6),
+                     view=("transpose", 0, 1))], nan_to_num_ref("f32"),
+    params={"nan": 0.5}, tag="f32-transpose")
+add("nan_to_num", [T("bf16", [NAN, -INF, 1.0], view=("expand", [2, 3]))],
+    nan_to_num_ref("bf16"), tag="bf16-expand")
+add("nan_to_num", [T("f64", np.where(rndb((500,)), INF, rnd((500,))), view=("slice", 0, 1, 500, 3))],
+    nan_to_num_ref("f64"), tag="f64-slice3")
+add("nan_to_num", [T("i32", [1, -2, 3])], lambda x, **kw: x, params={"nan": 9.0}, tag="i32-copy")
+add("nan_to_num", [T("bool", [True, False])], lambda x, **kw: x, tag="bool-copy")
+add("nan_to_num", [T("f32", np.zeros((0, 4)))], nan_to_num_ref("f32"), tag="f32-empty")
+add("nan_to_num", [T("f64", rnd((3, 4)))], nan_to_num_ref("f64"), tag="f64-finite")
+
+# ---- atan2 (float only, broadcast) ----
+for dt in FLOATS:
+    add("atan2", [T(dt, rnd((2, 3), -3, 3)), T(dt, rnd((2, 3), -3, 3))], np.arctan2)
+add("atan2", [T("f64", [0.0, -0.0, 0.0, -0.0, 1.0, -1.0, INF, -INF, INF, NAN, 1.0, 0.0]),
+              T("f64", [0.0, 0.0, -0.0, -0.0, 0.0, 0.0, INF, INF, -INF, 1.0, NAN, -1.0])],
+    np.arctan2, tag="f64-special")
+add("atan2", [T("f32", [0.0, -0.0, 1.0, -1.0, INF, -INF, 2.0]),
+              T("f32", [-1.0, -1.0, -INF, INF, 3.0, -INF, 0.0])], np.arctan2, tag="f32-special")
+add("atan2", [T("f32", rnd((3, 1))), T("f32", rnd((4,)))], np.arctan2, tag="f32-bcast")
+add("atan2", [T("f32", rnd((3, 2)), view=("transpose", 0, 1)),
+              T("f32", rnd((2, 6)), view=("slice", 1, 0, 6, 2))], np.arctan2, tag="f32-views")
+add("atan2", [T("bf16", rnd((2, 3))), T("bf16", 0.5)], np.arctan2, tag="bf16-0d")
+add("atan2", [T("f32", rnd((0, 3))), T("f32", rnd((3,)))], np.arctan2, tag="f32-empty")
+add("atan2", [T("i32", [1]), T("i32", [2])], error="EM_ERR_DTYPE", tag="i32-err")
+add("atan2", [T("f32", [1.0]), T("f64", [2.0])], error="EM_ERR_DTYPE", tag="dtype-err")
+add("atan2", [T("f32", rnd((2,))), T("f32", rnd((3,)))], error="EM_ERR_SHAPE", tag="shape-err")
+
+# ---- logical_xor (any dtypes: nonzero is true, NaN too) ----
+xor_ref = lambda a, b: np.logical_xor(a != 0, b != 0)
+add("logical_xor", [T("bool", [True, True, False, False]), T("bool", [True, False, True, False])],
+    xor_ref, out_dtypes="bool", tag="table")
+add("logical_xor", [T("bool", rndb((2, 3))), T("bool", rndb((3,)))], xor_ref, out_dtypes="bool",
+    tag="bcast")
+add("logical_xor", [T("bool", rndb((3, 2)), view=("transpose", 0, 1)), T("bool", True)],
+    xor_ref, out_dtypes="bool", tag="transpose-0d")
+add("logical_xor", [T("f32", [0.0, -0.0, NAN, 2.0, 0.0]), T("f32", [0.0, 1.0, 0.0, INF, NAN])],
+    xor_ref, out_dtypes="bool", tag="f32")
+add("logical_xor", [T("i32", [0, 3, -1, 0]), T("f64", [0.0, 0.0, 2.5, NAN])], xor_ref,
+    out_dtypes="bool", tag="i32-f64-mixed")
+add("logical_xor", [T("u8", rndi((2, 3), 0, 3)), T("bool", rndb((2, 1)))], xor_ref,
+    out_dtypes="bool", tag="u8-bool-bcast")
+add("logical_xor", [T("f16", rnd((4, 6)).round(), view=("slice", 1, 0, 6, 2)),
+                    T("bf16", rnd((4, 3)).round())], xor_ref, out_dtypes="bool", tag="f16-bf16-views")
+add("logical_xor", [T("bool", rndb((2,))), T("bool", rndb((3,)))], error="EM_ERR_SHAPE",
+    tag="shape-err")
+
+# ---- clamp with tensor bounds (torch.clamp(x, min=lo, max=hi)) ----
+def clamp_t_ref(x, lo=None, hi=None, which=None):
+    if which == 1:
+        lo, hi = None, lo
+    r = x
+    if lo is not None:
+        r = np.where(np.isnan(lo), lo, np.where(np.isnan(r), r, np.maximum(r, lo)))
+    if hi is not None:
+        r = np.where(np.isnan(hi), hi, np.where(np.isnan(r), r, np.minimum(r, hi)))
+    return r
+
+
+for dt in FLOATS:
+    add("clamp_tensor", [T(dt, rnd((3, 4), -3, 3)), T(dt, rnd((3, 4), -2, 0)),
+                         T(dt, rnd((3, 4), 0, 2))], clamp_t_ref, tag=dt)
+for dt in NUM_INTS:
+    lo = 0 if dt == "u8" else -9
+    add("clamp_tensor", [T(dt, rndi((3, 4), lo, 9)), T(dt, rndi((4,), lo, 2)),
+                         T(dt, rndi((3, 1), 3, 9))], clamp_t_ref, tag=dt + "-bcast")
+add("clamp_tensor", [T("f32", rnd((2, 3, 4), -3, 3)), T("f32", rnd((4,), -1, 0)),
+                     T("f32", rnd((2, 1, 1), 0, 1))], clamp_t_ref, tag="f32-bcast3")
+add("clamp_tensor", [T("f32", rnd((4,), -3, 3)), T("f32", rnd((3, 1), -1, 0)),
+                     T("f32", rnd((1,), 0, 1))], clamp_t_ref, tag="f32-bounds-grow")
+add("clamp_tensor", [T("f32", [NAN, 0.5, 0.5, 0.5, 5.0, -5.0, 0.5]),
+                     T("f32", [0.0, NAN, 0.0, 2.0, 0.0, 0.0, -INF]),
+                     T("f32", [1.0, 1.0, NAN, 1.0, 1.0, INF, INF])], clamp_t_ref, tag="f32-nan-lo-gt-hi")
+add("clamp_tensor", [T("f64", rnd((3, 4), -3, 3)), T("f64", rnd((1, 4), -1, 0))], clamp_t_ref,
+    tag="f64-lo-only")
+add("clamp_tensor", [T("f16", rnd((3, 4), -3, 3)), T("f16", rnd((3, 1), 0, 1))], clamp_t_ref,
+    params={"which": 1}, tag="f16-hi-only")
+add("clamp_tensor", [T("f32", rnd((4, 3), -3, 3), view=("transpose", 0, 1)),
+                     T("f32", rnd((3, 8), -2, 0), view=("slice", 1, 0, 8, 2)),
+                     T("f32", rnd((1, 4), 0, 2), view=("expand", [3, 4]))], clamp_t_ref,
+    tag="f32-views")
+add("clamp_tensor", [T("bf16", rnd((2, 3), -3, 3), view=("flip", [1])), T("bf16", -0.5),
+                     T("bf16", 0.75)], clamp_t_ref, tag="bf16-flip-0d")
+add("clamp_tensor", [T("f32", rnd((0, 3))), T("f32", rnd((3,))), T("f32", rnd((1,)))],
+    clamp_t_ref, tag="f32-empty")
+add("clamp_tensor", [T("f32", [1.0]), T("f64", [0.0]), T("f32", [2.0])], error="EM_ERR_DTYPE",
+    tag="dtype-err")
+add("clamp_tensor", [T("f32", rnd((2,))), T("f32", rnd((3,)))], error="EM_ERR_SHAPE",
+    tag="shape-err")
+add("clamp_tensor", [T("bool", [True]), T("bool", [False])], error="EM_ERR_DTYPE", tag="bool-err")
