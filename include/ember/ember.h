@@ -248,6 +248,16 @@ bool em_tensor_is_contiguous(const em_tensor *t);
 em_checkpointing em_tensor_checkpointing(const em_tensor *t);
 /** The quantization scheme of a quantized tensor; EM_ERR_DTYPE for other kinds. */
 em_status em_tensor_scheme(const em_tensor *t, em_quant_scheme *out);
+/** t as text, as PyTorch's repr summarises it: the values (one number format for the whole
+ *  tensor; above 1000 elements the first and last 3 entries of each long dim around "..."),
+ *  then shape, dtype, device and ", requires_grad" for such a leaf:
+ *  "tensor([[1.5000, 2.0000]], shape=[1, 2], dtype=f32, device=cpu)". Writes at most cap - 1
+ *  bytes and a NUL into buf (buf may be NULL when cap is 0) and the length the whole text
+ *  needs into *len (may be NULL), as snprintf does. Quantized tensors show their dequantized
+ *  values. Waits for pending work. */
+em_status em_tensor_format(const em_tensor *t, char *buf, size_t cap, size_t *len);
+/** em_tensor_format's text and a newline on stdout. */
+em_status em_tensor_print(const em_tensor *t);
 /** Reads the single element of a 1-element tensor as a double (waits for pending work). */
 em_status em_tensor_item(const em_tensor *t, double *out);
 
