@@ -1,6 +1,7 @@
 /* matmul.c — the cpu backend's GEMM and matmul: f32 and f64 through OpenBLAS (CBLAS) or
  * ember's own GEMM (gemm.c; which one: gemm_decide below), f16 and bf16 through f32 copies;
- * batches loop over the broadcast batch dims; integer matmul
+ * batches fold into the rows of one GEMM where b is shared (fold_batch), else loop over the
+ * batch dims (small items side by side on the pool); integer matmul
  * goes to the ref kernel. A transposed operand (unit stride on its row dim) is passed to BLAS
  * as transposed rather than copied.
  *
@@ -202,34 +203,112 @@ void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, in
     cpu_parallel_for(total, grain, gemm_range, &j);
 }
 
-static em_status matmul_blas(const em_view *out, const em_view *a, const em_view *b) {
-    int r = out->rank;
-    int64_t m = out->shape[r - 2], n = out->shape[r - 1], k = a->shape[r - 1];
-    int64_t batch = 1;
-    for (int d = 0; d < r - 2; d++) batch *= out->shape[d];
-    em_view ca = *a, cb = *b;
+/* Batch folding: out[..., m, n] = a[..., m, k] @ b[k, n] for every batch item, with b the same
+ * matrix for each (stride 0 over the batch: nn.Linear's x @ W^T on [B, T, C]) and a's batch
+ * and row dims one uniformly strided dim, is one GEMM of batch * m rows (out is contiguous, so
+ * its rows follow each other across the batch). Folds the innermost batch dims that allow it
+ * (rank 4 with b broadcast over dim 1 only folds dim 1 and loops over dim 0); rewrites out, a
+ * and b (their batch dims 0 .. f - 1 kept, then the folded matrix) and returns the new rank,
+ * or 0 when no dim folds. The folded a must still be a BLAS layout (blas_layout). */
+static int fold_batch(const em_view *out, const em_view *a, const em_view *b, em_view *fo,
+                      em_view *fa, em_view *fb) {
+    const int r = out->rank;
+    const int64_t m = out->shape[r - 2];
+    int64_t rs = m > 1 ? a->strides[r - 2] : 0, rows = m; /* rs 0: not yet known (m 1) */
+    int f = r - 2; /* dims f .. r - 3 fold */
+    for (int d = r - 3; d >= 0; d--) {
+        if (out->shape[d] == 1) {
+            f = d;
+            continue;
+        }
+        if (b->strides[d] != 0) break;
+        if (rs == 0) rs = a->strides[d]; /* m 1: the batch stride is the row stride */
+        if (a->strides[d] != rows * rs) break;
+        rows *= out->shape[d];
+        f = d;
+    }
+    if (rows == m || rs == 0) return 0;
+    *fo = *out;
+    *fa = *a;
+    *fb = *b;
+    fo->rank = fa->rank = fb->rank = f + 2;
+    fo->shape[f] = fa->shape[f] = rows;
+    fo->shape[f + 1] = out->shape[r - 1];
+    fo->strides[f] = out->shape[r - 1];
+    fo->strides[f + 1] = 1;
+    fa->shape[f + 1] = a->shape[r - 1];
+    fa->strides[f] = rs;
+    fa->strides[f + 1] = a->strides[r - 1];
+    for (int q = 0; q < 2; q++) {
+        fb->shape[f + q] = b->shape[r - 2 + q];
+        fb->strides[f + q] = b->strides[r - 2 + q];
+    }
+    CBLAS_TRANSPOSE t;
+    int64_t ld;
+    return blas_layout(fa, &t, &ld) ? f + 2 : 0;
+}
+
+/* Batch items of a matmul too small each to be split over the pool run side by side. */
+typedef struct batch_job {
+    const em_view *out, *a, *b;
+    CBLAS_TRANSPOSE ta, tb;
+    int64_t m, n, k, lda, ldb;
+} batch_job;
+
+static void batch_range(int64_t lo, int64_t hi, void *arg) {
+    const batch_job *j = arg;
+    const size_t sz = em_dtype_size(j->out->dtype);
+    for (int64_t bi = lo; bi < hi; bi++) {
+        int64_t oa, ob;
+        batch_offsets(j->out, j->a, j->b, bi, &oa, &ob);
+        gemm_job g = {j->out->dtype, j->ta, j->tb, j->m, j->n, j->k, j->lda, j->ldb, j->n,
+                      (const char *)j->a->buf + oa * (int64_t)sz,
+                      (const char *)j->b->buf + ob * (int64_t)sz,
+                      (char *)j->out->buf + (j->out->offset + bi * j->m * j->n) * (int64_t)sz,
+                      0.0, false};
+        gemm_range(0, j->m, &g);
+    }
+}
+
+static em_status matmul_blas(const em_view *out_, const em_view *a, const em_view *b) {
+    em_view ca = *a, cb = *b, fo, fa, fb;
+    const em_view *out = out_;
     void *ta = NULL, *tb = NULL;
     CBLAS_TRANSPOSE tra = CblasNoTrans, trb = CblasNoTrans;
     int64_t lda = 1, ldb = 1;
     em_status s = EM_OK;
     if (!blas_layout(a, &tra, &lda)) s = cpu_contig_input(a, &ca, &ta);
     if (s == EM_OK && !blas_layout(b, &trb, &ldb)) s = cpu_contig_input(b, &cb, &tb);
+    if (s == EM_OK && fold_batch(out, &ca, &cb, &fo, &fa, &fb)) {
+        out = &fo;
+        ca = fa;
+        cb = fb;
+    }
+    int r = out->rank;
+    int64_t m = out->shape[r - 2], n = out->shape[r - 1], k = ca.shape[r - 1];
+    int64_t batch = 1;
+    for (int d = 0; d < r - 2; d++) batch *= out->shape[d];
     if (s == EM_OK) {
         blas_layout(&ca, &tra, &lda);
         blas_layout(&cb, &trb, &ldb);
     }
     size_t sz = em_dtype_size(out->dtype);
     char *o = (char *)out->buf + out->offset * (int64_t)sz;
-    for (int64_t bi = 0; s == EM_OK && bi < batch; bi++) {
-        int64_t oa, ob;
-        batch_offsets(out, &ca, &cb, bi, &oa, &ob);
-        char *pa = (char *)ca.buf + oa * (int64_t)sz, *pb = (char *)cb.buf + ob * (int64_t)sz;
-        char *po = o + bi * m * n * (int64_t)sz;
-        if (k == 0) {
-            memset(po, 0, (size_t)(m * n) * sz);
-            continue;
+    if (s == EM_OK && k == 0) {
+        memset(o, 0, (size_t)(batch * m * n) * sz);
+    } else if (s == EM_OK && batch > 1 && cpu_threads() > 1 &&
+               (double)m * (double)n * (double)k < (1 << 20)) {
+        /* items too small for cpu_gemm to split: the pool takes whole items */
+        batch_job j = {out, &ca, &cb, tra, trb, m, n, k, lda, ldb};
+        cpu_parallel_for(batch, ((1 << 20) / (m * n * k + 1)) / 4 + 1, batch_range, &j);
+    } else {
+        for (int64_t bi = 0; s == EM_OK && bi < batch; bi++) {
+            int64_t oa, ob;
+            batch_offsets(out, &ca, &cb, bi, &oa, &ob);
+            char *pa = (char *)ca.buf + oa * (int64_t)sz, *pb = (char *)cb.buf + ob * (int64_t)sz;
+            cpu_gemm(out->dtype, tra, trb, m, n, k, pa, lda, pb, ldb, 0.0,
+                     o + bi * m * n * (int64_t)sz, n);
         }
-        cpu_gemm(out->dtype, tra, trb, m, n, k, pa, lda, pb, ldb, 0.0, po, n);
     }
     if (ta) cpu_scratch_free(ta);
     if (tb) cpu_scratch_free(tb);
