@@ -26,12 +26,7 @@ static void G(pack_a)(bool ta, const T *a, int64_t lda, int64_t mc, int64_t kc,
             for (int64_t r = 0; i0 + MR < mc && r < gemm_min(MR, mc - i0 - MR); r++)
                 for (int64_t p = 0; p < kc; p += 64 / (int64_t)sizeof(T))
                     __builtin_prefetch(a + (i0 + MR + r) * lda + p, 0, 3);
-            for (int64_t r = 0; r < mr; r++) {
-                const T *s = a + (i0 + r) * lda;
-                for (int64_t p = 0; p < kc; p++) pa[p * MR + r] = s[p];
-            }
-            for (int64_t r = mr; r < MR; r++)
-                for (int64_t p = 0; p < kc; p++) pa[p * MR + r] = 0;
+            G(pack_t)(a + i0 * lda, lda, mr, MR, kc, pa);
         }
     }
 }
@@ -54,12 +49,7 @@ static void G(pack_b)(bool tb, const T *b, int64_t ldb, int64_t kc, int64_t nc,
                 for (; q < NR; q++) d[q] = 0;
             }
         } else {
-            for (int64_t q = 0; q < nr; q++) {
-                const T *s = b + (j0 + q) * ldb;
-                for (int64_t p = 0; p < kc; p++) pb[p * NR + q] = s[p];
-            }
-            for (int64_t q = nr; q < NR; q++)
-                for (int64_t p = 0; p < kc; p++) pb[p * NR + q] = 0;
+            G(pack_t)(b + j0 * ldb, ldb, nr, NR, kc, pb);
         }
     }
 }
@@ -206,10 +196,11 @@ static void G(gemm)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T *
     /* the buffers sized to the problem */
     const int64_t kmax = gemm_min(k, kcb), mmax = (gemm_min(m, mcb) + MR - 1) / MR * MR,
                   nmax = (gemm_min(n, ncb) + NR - 1) / NR * NR;
-    T *pa = cpu_scratch((size_t)(mmax * kmax) * sizeof(T));
+    T *pa = cpu_scratch((size_t)(mmax * kmax + GEMM_SLACK) * sizeof(T));
     T *pb = cpu_scratch((size_t)(kmax * nmax) * sizeof(T));
     /* out of memory: one micro-panel of each, on the stack (slower, never wrong) */
-    T sa[MR * 64] __attribute__((aligned(64))), sb[64 * NR] __attribute__((aligned(64)));
+    T sa[MR * 64 + GEMM_SLACK] __attribute__((aligned(64)));
+    T sb[64 * NR] __attribute__((aligned(64)));
     const bool own = pa && pb;
     if (!own) {
         if (pa) cpu_scratch_free(pa);
