@@ -57,6 +57,13 @@ static inline gemm_vd fma_d(gemm_vd a, gemm_vd b, gemm_vd c) {
 
 static inline int64_t gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* The block size that cuts `total` into as few blocks of at most `max` (a multiple of `unit`)
+ * as it can, all of about the same size: a multiple of unit. */
+static inline int64_t gemm_balance(int64_t total, int64_t max, int64_t unit) {
+    const int64_t nb = (total + max - 1) / max, size = (total + nb - 1) / nb;
+    return gemm_min((size + unit - 1) / unit * unit, max);
+}
+
 /* Transposing packers: dst[p * width + r] = r < rows ? src[r * ld + p] : 0, p < kc, r < width
  * (rows <= width): op(A)'s rows into an A micro-panel when A is not transposed, op(B)'s
  * columns into a B micro-panel when B is. At avx2 and avx512 in 8 x 8 (f32) and 4 x 4 (f64)

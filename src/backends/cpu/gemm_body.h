@@ -11,17 +11,25 @@
  * a[p * lda + i] when ta, else a[i * lda + p]. */
 static void G(pack_a)(bool ta, const T *a, int64_t lda, int64_t mc, int64_t kc,
                       T *restrict pa) {
+    if (ta) { /* a row of the block (mc values) a step, into every panel: whole lines read */
+        for (int64_t p = 0; p < kc; p++) {
+            const T *s = a + p * lda;
+            T *d = pa + p * MR;
+            /* a row 8 steps ahead (an address only): short streams the hardware misses */
+            for (int64_t i = 0; i < mc; i += 64 / (int64_t)sizeof(T))
+                __builtin_prefetch((const void *)((uintptr_t)(s + i) +
+                                                  (uintptr_t)(8 * lda) * sizeof(T)), 0, 3);
+            int64_t i0 = 0;
+            for (; i0 + MR <= mc; i0 += MR, d += MR * kc)
+                for (int r = 0; r < MR; r++) d[r] = s[i0 + r]; /* a fixed count: no memcpy */
+            if (i0 < mc)
+                for (int r = 0; r < MR; r++) d[r] = i0 + r < mc ? s[i0 + r] : 0;
+        }
+        return;
+    }
     for (int64_t i0 = 0; i0 < mc; i0 += MR, pa += MR * kc) {
         const int64_t mr = gemm_min(MR, mc - i0);
-        if (ta) {
-            for (int64_t p = 0; p < kc; p++) {
-                const T *s = a + p * lda + i0;
-                T *d = pa + p * MR;
-                int64_t r = 0;
-                for (; r < mr; r++) d[r] = s[r];
-                for (; r < MR; r++) d[r] = 0;
-            }
-        } else {
+        {
             /* the next panel's rows, from memory: short streams the hardware does not foresee */
             for (int64_t r = 0; i0 + MR < mc && r < gemm_min(MR, mc - i0 - MR); r++)
                 for (int64_t p = 0; p < kc; p += 64 / (int64_t)sizeof(T))
@@ -44,11 +52,18 @@ static void G(pack_b)(bool tb, const T *b, int64_t ldb, int64_t kc, int64_t nc,
                 /* two micro-panels ahead, a line a row (an address only: it may lie past B) */
                 __builtin_prefetch((const void *)((uintptr_t)s + 2 * NR * sizeof(T)), 0, 3);
                 T *d = pb + p * NR;
-                int64_t q = 0;
-                for (; q < nr; q++) d[q] = s[q];
-                for (; q < NR; q++) d[q] = 0;
+                if (nr == NR)
+                    for (int q = 0; q < NR; q++) d[q] = s[q];
+                else
+                    for (int q = 0; q < NR; q++) d[q] = q < nr ? s[q] : 0;
             }
         } else {
+            /* the next micro-panel's rows (addresses only: they may lie past B) into L2 while
+             * the microkernel runs on this one: B^T's rows are streams too many to foresee */
+            for (int64_t q = 0; q < NR; q++)
+                for (int64_t p = 0; p < kc; p += 64 / (int64_t)sizeof(T))
+                    __builtin_prefetch((const void *)((uintptr_t)(b + p) + (uintptr_t)((j0 +
+                                       NR + q) * ldb) * sizeof(T)), 0, 2);
             G(pack_t)(b + j0 * ldb, ldb, nr, NR, kc, pb);
         }
     }
@@ -192,7 +207,10 @@ static void G(gemm)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T *
         G(gemm_small)(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    int64_t kcb = GEMM_KC, mcb = GEMM_MC, ncb = GEMM_NC;
+    /* blocks of equal size (k = 784: 4 x 196, not 3 x 256 and a pass of 16, whose C updates
+     * and packing cost as much as a whole pass); kc a multiple of 8 (the packs' transposes) */
+    int64_t kcb = gemm_balance(k, GEMM_KC, 8), mcb = gemm_balance(m, GEMM_MC, MR),
+            ncb = gemm_balance(n, GEMM_NC, NR);
     /* the buffers sized to the problem */
     const int64_t kmax = gemm_min(k, kcb), mmax = (gemm_min(m, mcb) + MR - 1) / MR * MR,
                   nmax = (gemm_min(n, ncb) + NR - 1) / NR * NR;
