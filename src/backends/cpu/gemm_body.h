@@ -92,57 +92,65 @@ static inline V G(splat)(T x) {
 #endif
 }
 
-/* One step of the microkernel: row p of the micro-panels, MR x NV FMAs. */
+/* One step of the microkernel: row p of the micro-panels, ROWS x NV FMAs. */
 #define STEP(P)                                                                               \
     do {                                                                                      \
         const V b0 = G(ldu)(pb + (P) * NR), b1 = G(ldu)(pb + (P) * NR + W);                   \
-        for (int r = 0; r < MR; r++) {                                                        \
+        for (int r = 0; r < ROWS; r++) {                                                      \
             const V ar = G(splat)(pa[(P) * MR + r]);                                          \
             acc[r][0] = FMA(ar, b0, acc[r][0]);                                               \
             acc[r][1] = FMA(ar, b1, acc[r][1]);                                               \
         }                                                                                     \
     } while (0)
 
-/* The MR x NR tile of C at c (mr x nr of it inside C) = pa (MR x kc) pb (kc x NR), plus C
- * itself when `add`, plus beta C when `first` (the first run of kc; beta 0: C not read). */
+/* The ROWS x NR tile of C at c (mr x nr of it inside C) = pa (MR x kc, its first ROWS rows)
+ * pb (kc x NR), plus C itself when `add`, plus beta C when `first` (the first run of kc;
+ * beta 0: C not read). Two copies (KERNEL below): ROWS = MR, and MRH = MR / 2 rounded up for
+ * a last tile of at most that many rows (m = 128 at MR 6: 21 tiles and one of 2 rows, which
+ * the whole tile would compute at the cost of 6). */
 /* Not inlined: one copy of the loop, whose accumulators stay in registers (checked with objdump
  * at each level, GCC 12 and clang: no stack access in the loop; a hand-unrolled loop spilled,
  * `#pragma GCC unroll 4` does not). */
-__attribute__((noinline)) static void G(kernel)(int64_t kc, const T *restrict pa,
-                                                const T *restrict pb, T *restrict c,
-                                                int64_t ldc, int64_t mr, int64_t nr, bool first,
-                                                T beta) {
-    _Static_assert(GEMM_NV == 2, "the microkernel's steps load two vectors of B");
-    V acc[MR][GEMM_NV];
-    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = (V){0};
-    /* the tile's rows of C, wanted after the loop: their cache misses overlap it */
-    for (int64_t r = 0; r < mr; r++) {
-        __builtin_prefetch(c + r * ldc, 1, 3);
-        __builtin_prefetch(c + r * ldc + nr - 1, 1, 3);
+#define KERNEL(NAME, ROWS_)                                                                   \
+    __attribute__((noinline)) static void NAME(int64_t kc, const T *restrict pa,              \
+                                               const T *restrict pb, T *restrict c,           \
+                                               int64_t ldc, int64_t mr, int64_t nr,           \
+                                               bool first, T beta) {                          \
+        enum { ROWS = ROWS_ };                                                                \
+        _Static_assert(GEMM_NV == 2, "the microkernel's steps load two vectors of B");        \
+        V acc[ROWS][GEMM_NV];                                                                 \
+        for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = (V){0};                        \
+        /* the tile's rows of C, wanted after the loop: their cache misses overlap it */      \
+        for (int64_t r = 0; r < mr; r++) {                                                    \
+            __builtin_prefetch(c + r * ldc, 1, 3);                                            \
+            __builtin_prefetch(c + r * ldc + nr - 1, 1, 3);                                   \
+        }                                                                                     \
+        int64_t p = 0;                                                                        \
+        _Pragma("GCC unroll 4") for (; p < kc; p++, pa += MR, pb += NR) STEP(0);              \
+        if (mr == ROWS && nr == NR) {                                                         \
+            for (int r = 0; r < ROWS; r++)                                                    \
+                for (int v = 0; v < GEMM_NV; v++) {                                           \
+                    T *o = c + r * ldc + v * W;                                               \
+                    if (!first) G(stu)(o, acc[r][v] + G(ldu)(o));                             \
+                    else if (beta == 0) G(stu)(o, acc[r][v]);                                 \
+                    else G(stu)(o, acc[r][v] + beta * G(ldu)(o));                             \
+                }                                                                             \
+            return;                                                                           \
+        }                                                                                     \
+        T t[ROWS * NR] __attribute__((aligned(64)));                                          \
+        for (int r = 0; r < ROWS; r++)                                                        \
+            for (int v = 0; v < GEMM_NV; v++) G(stu)(t + r * NR + v * W, acc[r][v]);          \
+        for (int64_t r = 0; r < mr; r++)                                                      \
+            for (int64_t q = 0; q < nr; q++) {                                                \
+                T *o = c + r * ldc + q;                                                       \
+                const T x = t[r * NR + q];                                                    \
+                *o = !first ? x + *o : beta == 0 ? x : x + beta * *o;                         \
+            }                                                                                 \
     }
-    int64_t p = 0;
-#pragma GCC unroll 4
-    for (; p < kc; p++, pa += MR, pb += NR) STEP(0);
-    if (mr == MR && nr == NR) {
-        for (int r = 0; r < MR; r++)
-            for (int v = 0; v < GEMM_NV; v++) {
-                T *o = c + r * ldc + v * W;
-                if (!first) G(stu)(o, acc[r][v] + G(ldu)(o));
-                else if (beta == 0) G(stu)(o, acc[r][v]);
-                else G(stu)(o, acc[r][v] + beta * G(ldu)(o));
-            }
-        return;
-    }
-    T t[MR * NR] __attribute__((aligned(64)));
-    for (int r = 0; r < MR; r++)
-        for (int v = 0; v < GEMM_NV; v++) G(stu)(t + r * NR + v * W, acc[r][v]);
-    for (int64_t r = 0; r < mr; r++)
-        for (int64_t q = 0; q < nr; q++) {
-            T *o = c + r * ldc + q;
-            const T x = t[r * NR + q];
-            *o = !first ? x + *o : beta == 0 ? x : x + beta * *o;
-        }
-}
+#define MRH ((MR + 1) / 2)
+KERNEL(G(kernel), MR)
+KERNEL(G(kernel_h), MRH)
+#undef KERNEL
 #undef STEP
 
 /* sum of x[p * ix] y[p * iy], p < k: vectors when both are contiguous */
@@ -243,10 +251,13 @@ static void G(gemm)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T *
                     if (ic == 0)
                         G(pack_b)(tb, bp + (tb ? jr * ldb : jr), ldb, kc, gemm_min(NR, nc - jr),
                                   pb + jr * kc);
-                    for (int64_t ir = 0; ir < mc; ir += MR)
-                        G(kernel)(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr,
-                                  ldc, gemm_min(MR, mc - ir), gemm_min(NR, nc - jr), pc == 0,
-                                  beta);
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        const int64_t mr = gemm_min(MR, mc - ir);
+                        (mr > MRH ? G(kernel) : G(kernel_h))(kc, pa + ir * kc, pb + jr * kc,
+                                                             c + (ic + ir) * ldc + jc + jr, ldc,
+                                                             mr, gemm_min(NR, nc - jr),
+                                                             pc == 0, beta);
+                    }
                 }
             }
         }
@@ -260,3 +271,4 @@ static void G(gemm)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T *
 #undef W
 #undef NR
 #undef MR
+#undef MRH
