@@ -22,10 +22,23 @@ char *openblas_get_corename(void);
 
 /* ---- which GEMM: OpenBLAS's or ember's own (gemm.c) ----
  * EMBER_CPU_GEMM (read once, any case):
- *   - unset, empty or `auto`: ember's GEMM when OpenBLAS's kernel is below what this CPU runs
- *     (cpu_blas_core_warning: an SSE kernel such as Prescott on an AVX2 or AVX-512 CPU, what
- *     Debian's OpenBLAS 0.3.21 picks on CPUs it does not know) or needs instructions this CPU
- *     lacks (cpu_blas_core_unrunnable: a forced OPENBLAS_CORETYPE); OpenBLAS otherwise;
+ *   - unset, empty or `auto`: ember's GEMM, except
+ *       - where OpenBLAS runs an AVX-512 kernel (SkylakeX, Cooperlake, SapphireRapids) on an
+ *         AVX-512 CPU: OpenBLAS, whose SkylakeX kernel reaches 0.87 of the FMA peak on the
+ *         project's Xeon; ember's AVX-512 copy, the same code as the avx2 one at twice the
+ *         width, has not been timed on such a machine;
+ *       - where ember's GEMM would run a level without FMA (a CPU without AVX2, or
+ *         EMBER_CPU_ISA=portable) and OpenBLAS's kernel fits the CPU: OpenBLAS (not timed);
+ *       - and, where OpenBLAS's kernel fits the CPU, skinny products (m <= 64 rows of C, n and
+ *         k >= 256; gemm_ember_for): OpenBLAS;
+ *     because ember's GEMM matches or beats OpenBLAS's AVX2 kernel (Zen, Haswell) on one Zen 3
+ *     core: square f32 n = 512..2048 at 0.81-0.83 of the FMA peak (OpenBLAS 0.79-0.84), the
+ *     models' GEMM shapes at 0.88-1.26x (geometric mean 1.06; ember-bench cpu's section), conv's
+ *     im2col products 1.1-1.17x, but loses 5-20% when C has few rows and B is large (16, 32,
+ *     64 x 1024 x 1024: 0.87, 0.90, 0.90), where packing B is not paid back; and any kernel
+ *     that is below what this CPU runs (cpu_blas_core_warning: an SSE kernel such as Prescott,
+ *     what Debian's OpenBLAS 0.3.21 picks on CPUs it does not know) or needs instructions it
+ *     lacks (cpu_blas_core_unrunnable: a forced OPENBLAS_CORETYPE) runs ember's for every shape;
  *   - `ember`: ember's GEMM always;
  *   - `openblas`: OpenBLAS always, unless its kernel cannot run here (then ember's: never
  *     SIGILL);
@@ -35,9 +48,17 @@ char *openblas_get_corename(void);
 
 static struct {
     pthread_once_t once;
-    bool ember, usable;
-    char why[200];
+    bool ember, usable, skinny_blas; /* skinny_blas: skinny products go to OpenBLAS */
+    char why[320];
 } gemm_sel = {.once = PTHREAD_ONCE_INIT};
+
+/* OpenBLAS 0.3.21's x86 kernels that use AVX-512 */
+static bool core_is_avx512(const char *core) {
+    static const char *const k[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    for (size_t i = 0; core && i < sizeof k / sizeof k[0]; i++)
+        if (strcasecmp(core, k[i]) == 0) return true;
+    return false;
+}
 
 static void gemm_decide(void) {
     const char *core = openblas_get_corename(), *env = getenv("EMBER_CPU_GEMM");
@@ -63,18 +84,41 @@ static void gemm_decide(void) {
         if (env && *env && strcasecmp(env, "auto") != 0)
             snprintf(how, sizeof how, "auto: EMBER_CPU_GEMM=%.24s is not auto, openblas or ember",
                      env);
-        gemm_sel.ember = unrunnable || below;
+        const bool blas512 = !unrunnable && !below && core_is_avx512(core) &&
+                             best >= CPU_ISA_AVX512;
+        /* ember's GEMM at a level without FMA (the CPU's, or EMBER_CPU_ISA=portable): not
+         * timed against OpenBLAS, which keeps the fit kernel's products */
+        const bool sse = cpu_isa() < CPU_ISA_AVX2;
+        gemm_sel.ember = unrunnable || below || (!blas512 && !sse);
+        gemm_sel.skinny_blas = !unrunnable && !below && !blas512 && !sse;
         if (unrunnable)
             snprintf(why, cap, "%s: OpenBLAS runs %s, which this CPU (%s) cannot run", how,
                      core, cpu_isa_name(best));
         else if (below)
             snprintf(why, cap, "%s: OpenBLAS runs %s, below this CPU's %s", how, core,
                      cpu_isa_name(best));
+        else if (blas512)
+            snprintf(why, cap, "%s: OpenBLAS runs %s, an AVX-512 kernel, which ember's GEMM has "
+                     "not been measured against", how, core);
+        else if (sse)
+            snprintf(why, cap, "%s: OpenBLAS runs %s, fit for this CPU (%s); ember's GEMM "
+                     "would run at level %s", how, core, cpu_isa_name(best),
+                     cpu_isa_name(cpu_isa()));
         else
-            snprintf(why, cap, "%s: OpenBLAS runs %s, fit for this CPU (%s)", how, core,
-                     cpu_isa_name(best));
+            snprintf(why, cap, "%s: ember's GEMM matches or beats OpenBLAS's %s kernel on this "
+                     "CPU (%s); OpenBLAS for products of m <= 64 rows with n, k >= 256", how,
+                     core, cpu_isa_name(best));
     }
 }
+
+/* The GEMM of one product of op(A) m x k by op(B) k x n: ember's or OpenBLAS's. */
+static bool gemm_ember_for(int64_t m, int64_t n, int64_t k) {
+    pthread_once(&gemm_sel.once, gemm_decide);
+    if (!gemm_sel.ember) return false;
+    return !(gemm_sel.skinny_blas && m <= 64 && n >= 256 && k >= 256);
+}
+
+bool cpu_gemm_ember_for(int64_t m, int64_t n, int64_t k) { return gemm_ember_for(m, n, k); }
 
 bool cpu_blas_usable(void) {
     pthread_once(&gemm_sel.once, gemm_decide);
@@ -153,6 +197,7 @@ typedef struct gemm_job {
     char *c;
     double beta;
     bool split_n; /* split the columns of C (when it has few rows) instead of its rows */
+    bool ember;   /* ember's GEMM (gemm_ember_for the whole product), else OpenBLAS */
 } gemm_job;
 
 static void gemm_range(int64_t lo, int64_t hi, void *arg) {
@@ -170,7 +215,7 @@ static void gemm_range(int64_t lo, int64_t hi, void *arg) {
         c += lo * j->ldc * (int64_t)sz;
         m = hi - lo;
     }
-    if (cpu_gemm_is_ember())
+    if (j->ember)
         cpu_kernels_of(cpu_isa())->gemm(j->dt, j->ta != CblasNoTrans, j->tb != CblasNoTrans, m, n,
                                         j->k, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
     else if (j->dt == EM_F32)
@@ -186,7 +231,8 @@ static void gemm_range(int64_t lo, int64_t hi, void *arg) {
 void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
               int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
               void *c, int64_t ldc) {
-    gemm_job j = {dt, ta, tb, m, n, k, lda, ldb, ldc, a, b, c, beta, false};
+    gemm_job j = {dt, ta, tb, m, n, k, lda, ldb, ldc, a, b, c, beta, false,
+                  gemm_ember_for(m, n, k)};
     /* below about a million multiply-adds a thread's share is not worth the wake-up */
     double work = (double)m * (double)n * (double)k;
     int nt = cpu_threads();
@@ -197,7 +243,7 @@ void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, in
     /* rows in blocks of 16 (what BLAS kernels tile by; 48 for ember's, a multiple of its tile
      * rows at every level), columns when rows are few */
     j.split_n = m < 16 * nt && n >= 64 * nt;
-    int64_t total = j.split_n ? n : m, unit = j.split_n ? 64 : cpu_gemm_is_ember() ? 48 : 16;
+    int64_t total = j.split_n ? n : m, unit = j.split_n ? 64 : j.ember ? 48 : 16;
     int64_t grain = (total + 4 * nt - 1) / (4 * nt); /* several chunks a thread: balance */
     grain = (grain + unit - 1) / unit * unit;
     cpu_parallel_for(total, grain, gemm_range, &j);
@@ -265,7 +311,7 @@ static void batch_range(int64_t lo, int64_t hi, void *arg) {
                       (const char *)j->a->buf + oa * (int64_t)sz,
                       (const char *)j->b->buf + ob * (int64_t)sz,
                       (char *)j->out->buf + (j->out->offset + bi * j->m * j->n) * (int64_t)sz,
-                      0.0, false};
+                      0.0, false, gemm_ember_for(j->m, j->n, j->k)};
         gemm_range(0, j->m, &g);
     }
 }
