@@ -241,11 +241,16 @@ void cpu_gemm(em_dtype dt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, in
         return;
     }
     /* rows in blocks of 16 (what BLAS kernels tile by; 48 for ember's, a multiple of its tile
-     * rows at every level), columns when rows are few */
-    j.split_n = m < 16 * nt && n >= 64 * nt;
+     * rows at every level), columns when rows are few. Every chunk packs all of the operand
+     * that is not split: with ember's GEMM and few rows (m <= 256, fewer than the columns:
+     * the MLP's 128 x 1024 x 1024), op(A) is the cheaper to pack again, so columns, one chunk
+     * a thread (rows would pack all of B once a chunk) */
+    const bool wide = j.ember && m <= 256 && m < n && n >= 64 * nt;
+    j.split_n = (m < 16 * nt && n >= 64 * nt) || wide;
     int64_t total = j.split_n ? n : m, unit = j.split_n ? 64 : j.ember ? 48 : 16;
     int64_t grain = (total + 4 * nt - 1) / (4 * nt); /* several chunks a thread: balance */
     grain = (grain + unit - 1) / unit * unit;
+    if (wide) grain = n / nt / 64 * 64 > 64 ? n / nt / 64 * 64 : 64;
     cpu_parallel_for(total, grain, gemm_range, &j);
 }
 
