@@ -449,6 +449,9 @@ static void section_models(em_device cpu) {
         {1, 128, 1024, 784, false, false, "mlp fc1 grad x"},
         {1, 128, 64, 128, false, true, "small"},
         {1, 512, 512, 512, false, false, "square"},
+        /* batch < 0: em_matmul of x [-batch, m, k] by a shared W^T [k, n], which cpu_matmul
+         * folds into one GEMM of -batch * m rows; the direct calls run that GEMM */
+        {-8, 128, 192, 576, false, true, "linear [8,128,192]"},
     };
     const int nshape = (int)(sizeof S / sizeof S[0]);
     const bool pool1 = pool_threads() == 1;
@@ -466,14 +469,17 @@ static void section_models(em_device cpu) {
     openblas_set_num_threads(1);
     double logsum = 0;
     for (int s = 0; s < nshape; s++) {
-        const int64_t B = S[s].batch, m = S[s].m, k = S[s].k, n = S[s].n;
+        const bool shared = S[s].batch < 0; /* S[s].ta is false there */
+        const int64_t B = shared ? 1 : S[s].batch, m = shared ? -S[s].batch * S[s].m : S[s].m,
+                      k = S[s].k, n = S[s].n;
         const double flop = 2.0 * (double)(B * m) * (double)n * (double)k;
         const int64_t reps = (int64_t)(2e8 / flop) + 1;
-        em_tensor *xa = stored(cpu, B, S[s].ta ? k : m, S[s].ta ? m : k, S[s].ta, 21 + s),
+        em_tensor *xa = shared ? stored(cpu, -S[s].batch, S[s].m, k, false, 21 + s)
+                               : stored(cpu, B, S[s].ta ? k : m, S[s].ta ? m : k, S[s].ta, 21 + s),
                   *xb = stored(cpu, B, S[s].tb ? n : k, S[s].tb ? k : n, S[s].tb, 51 + s);
         /* the same values, as stored (the transposed views' own buffers, contiguous) */
         em_tensor *ca, *cb;
-        TRY(em_transpose(xa, -1, -2, &ca));
+        TRY(em_transpose(xa, -1, -2, &ca)); /* (unused when not transposed) */
         TRY(em_transpose(xb, -1, -2, &cb));
         em_tensor *sa, *sb;
         TRY(em_contiguous(S[s].ta ? ca : xa, &sa));
@@ -503,7 +509,8 @@ static void section_models(em_device cpu) {
         const double rt = bench_median(ratio, r);
         logsum += log(rt);
         printf("  %-18s %5lld %5lld %5lld %5lld  %c%c %10.1f %10.1f %7.2f", S[s].what,
-               (long long)B, (long long)m, (long long)k, (long long)n, S[s].ta ? 't' : 'n',
+               (long long)S[s].batch, (long long)m, (long long)k, (long long)n,
+               S[s].ta ? 't' : 'n',
                S[s].tb ? 't' : 'n', bench_median(gf[0], r), bench_median(gf[1], r), rt);
         if (pool1) printf(" %10.1f", bench_median(gf[2], r));
         printf("\n");
@@ -518,7 +525,8 @@ static void section_models(em_device cpu) {
         em_tensor_release(sb);
     }
     printf("  (ratio: ember's GEMM / OpenBLAS, the median of per-round ratios; geometric mean "
-           "%.2f)\n", exp(logsum / nshape));
+           "%.2f; batch -8: em_matmul of [8, m/8, k] by a shared W^T, one GEMM of m rows)\n",
+           exp(logsum / nshape));
     if (!pool1) printf("  (em_matmul's column needs EMBER_NUM_THREADS=1)\n");
 }
 #endif
