@@ -6,8 +6,10 @@
  * A in MC x KC blocks (micro-panels of MR rows, MR values a column); a register-blocked
  * microkernel multiplies one A micro-panel by one B micro-panel into an MR x NR tile of C held
  * in registers: each step loads NV vectors of B and broadcasts MR values of A, MR x NV FMAs.
- * Packing pads the edges with zeros, so the microkernel always runs a whole tile; an edge
- * tile is written back element by element.
+ * Packing pads the edges with zeros, so the microkernel always runs a whole tile (a second
+ * copy of MR/2 rows takes a last tile that has no more); an edge tile is written back element
+ * by element. The packs that transpose (A not transposed, B transposed) go through registers
+ * (pack_t_*); blocks along k, m and n are cut to equal sizes (gemm_balance).
  *
  * One source for every level: GCC vector types whose width is the level's (16 bytes at
  * portable/SSE2, 32 at avx2, 64 at avx512), and the tile sized to the level's registers:
