@@ -179,8 +179,9 @@ static void entry(void **state) {
     const char *env = getenv("EMBER_CPU_GEMM"), *core = openblas_get_corename();
     const bool unrunnable = cpu_blas_core_unrunnable(core, cpu_isa_best(), NULL, 0);
     const bool below = cpu_blas_core_warning(core, cpu_isa_best(), NULL, 0);
-    /* auto: ember's unless OpenBLAS runs an AVX-512 kernel on an AVX-512 CPU or the CPU has
-     * ember's would run a level without FMA; skinny products (m <= 64, n and k >= 256) to OpenBLAS where its kernel fits */
+    /* auto: ember's unless OpenBLAS runs an AVX-512 kernel on an AVX-512 CPU or ember's
+     * would run a level without FMA; skinny products (m <= 64, n and k >= 256) to OpenBLAS
+     * where its kernel fits */
     const bool blas512 = core && (strcasecmp(core, "skylakex") == 0 ||
                                   strcasecmp(core, "cooperlake") == 0 ||
                                   strcasecmp(core, "sapphirerapids") == 0) &&

@@ -6,8 +6,9 @@
  * as transposed rather than copied.
  *
  * Threads: OpenBLAS runs single-threaded (threads.c sets it so) and cpu_gemm splits a large
- * product's rows (or columns, when rows are few) over the backend's own pool. One pool for everything: OpenBLAS's worker
- * threads, which spin for a while after each threaded call, never compete with ours. */
+ * product's rows (or columns, when rows are few) over the backend's own pool. One pool for
+ * everything: OpenBLAS's worker threads, which spin for a while after each threaded call,
+ * never compete with ours. */
 #include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
