@@ -28,14 +28,11 @@ static void G(pack_a)(bool ta, const T *a, int64_t lda, int64_t mc, int64_t kc,
         return;
     }
     for (int64_t i0 = 0; i0 < mc; i0 += MR, pa += MR * kc) {
-        const int64_t mr = gemm_min(MR, mc - i0);
-        {
-            /* the next panel's rows, from memory: short streams the hardware does not foresee */
-            for (int64_t r = 0; i0 + MR < mc && r < gemm_min(MR, mc - i0 - MR); r++)
-                for (int64_t p = 0; p < kc; p += 64 / (int64_t)sizeof(T))
-                    __builtin_prefetch(a + (i0 + MR + r) * lda + p, 0, 3);
-            G(pack_t)(a + i0 * lda, lda, mr, MR, kc, pa);
-        }
+        /* the next panel's rows, from memory: short streams the hardware does not foresee */
+        for (int64_t r = 0; i0 + MR < mc && r < gemm_min(MR, mc - i0 - MR); r++)
+            for (int64_t p = 0; p < kc; p += 64 / (int64_t)sizeof(T))
+                __builtin_prefetch(a + (i0 + MR + r) * lda + p, 0, 3);
+        G(pack_t)(a + i0 * lda, lda, gemm_min(MR, mc - i0), MR, kc, pa);
     }
 }
 
