@@ -172,22 +172,35 @@ static void batch_offsets(const em_view *out, const em_view *a, const em_view *b
     }
 }
 
-/* A copy of v's elements (any dtype among f32/f16/bf16) as contiguous f32. */
+/* A copy of v's elements (any dtype among f32/f16/bf16) as contiguous f32, but for its
+ * broadcast dims (stride 0), copied once and left stride 0: a weight shared by a batch stays
+ * one matrix, which fold_batch then folds. */
 static em_status to_f32(const em_view *v, em_view *f, void **tmp) {
-    *f = *v;
+    em_view src = *v;
+    for (int d = 0; d < v->rank; d++)
+        if (v->strides[d] == 0 && v->shape[d] > 1) src.shape[d] = 1;
+    *f = src;
     f->dtype = EM_F32;
     f->offset = 0;
     int64_t s = 1;
     for (int d = v->rank - 1; d >= 0; d--) {
         f->strides[d] = s;
-        s *= v->shape[d];
+        s *= src.shape[d];
     }
     *tmp = cpu_scratch((size_t)s * sizeof(float));
     if (!*tmp) return em_backend_set_error(EM_ERR_NOMEM, "cpu: out of memory");
     f->buf = *tmp;
-    em_status st = cpu_copy(NULL, f, v);
-    if (st != EM_OK) cpu_scratch_free(*tmp);
-    return st;
+    em_status st = cpu_copy(NULL, f, &src);
+    if (st != EM_OK) {
+        cpu_scratch_free(*tmp);
+        return st;
+    }
+    for (int d = 0; d < v->rank; d++)
+        if (src.shape[d] != v->shape[d]) {
+            f->shape[d] = v->shape[d];
+            f->strides[d] = 0;
+        }
+    return EM_OK;
 }
 
 typedef struct gemm_job {
