@@ -36,7 +36,7 @@ static const bench_cmd COMMANDS[] = {
      "[--batch 4096] [--width 1024] [--layers 16] [--act relu|gelu] [--rounds 1] [--device D]",
      "peak memory and time of an MLP's forward + backward: BALANCED vs DISABLED checkpointing",
      cmd_checkpoint},
-    {"cpu", "[--rounds 5] [--tiny]",
+    {"cpu", "[--rounds 5] [--tiny] [--gemm]",
      "the cpu backend vs OpenBLAS, plain C loops and ref (PyTorch: bench/cpu_vs_torch.py)",
      bench_cpu},
     {"opencl", "[--rounds 5] [--device opencl:0]",

@@ -6,7 +6,8 @@
  * contents ignored, NaN included) and 1; the padding between rows of C is never written.
  * Then cpu_gemm (matmul.c), the entry point that picks ember's GEMM or OpenBLAS from
  * EMBER_CPU_GEMM and splits over the pool: the same checks, and that the choice follows the
- * documented rule. ctest runs this with EMBER_CPU_GEMM unset, =ember and =openblas.
+ * documented rule (skinny products included: cpu_gemm_ember_for). ctest runs this with
+ * EMBER_CPU_GEMM unset, =ember and =openblas.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -145,6 +146,9 @@ static void check_all(gemm_fn g, const char *what, bool big) {
         /* big enough that cpu_gemm splits rows, and columns (few rows) over the pool */
         check_one(g, what, dt, false, false, 301, 190, 120, 3, 0.0);
         check_one(g, what, dt, true, true, 9, 1500, 200, 1, 1.0);
+        /* skinny (m <= 64, n and k >= 256): OpenBLAS's under auto where its kernel fits */
+        check_one(g, what, dt, false, true, 19, 260, 300, 1, 0.0);
+        check_one(g, what, dt, true, false, 64, 256, 256, 0, 1.0);
         /* k = 0: C = beta C (beta 0: zeros, whatever C held) */
         check_one(g, what, dt, false, false, 7, 9, 0, 2, 0.0);
         check_one(g, what, dt, true, false, 7, 9, 0, 2, 1.0);
@@ -175,11 +179,28 @@ static void entry(void **state) {
     const char *env = getenv("EMBER_CPU_GEMM"), *core = openblas_get_corename();
     const bool unrunnable = cpu_blas_core_unrunnable(core, cpu_isa_best(), NULL, 0);
     const bool below = cpu_blas_core_warning(core, cpu_isa_best(), NULL, 0);
-    bool want;
+    /* auto: ember's unless OpenBLAS runs an AVX-512 kernel on an AVX-512 CPU or ember's
+     * would run a level without FMA; skinny products (m <= 64, n and k >= 256) to OpenBLAS
+     * where its kernel fits */
+    const bool blas512 = core && (strcasecmp(core, "skylakex") == 0 ||
+                                  strcasecmp(core, "cooperlake") == 0 ||
+                                  strcasecmp(core, "sapphirerapids") == 0) &&
+                         cpu_isa_best() >= CPU_ISA_AVX512;
+    bool want, skinny_blas = false;
     if (env && strcasecmp(env, "ember") == 0) want = true;
     else if (env && strcasecmp(env, "openblas") == 0) want = unrunnable;
-    else want = unrunnable || below;
+    else {
+        want = unrunnable || below || (!blas512 && cpu_isa() >= CPU_ISA_AVX2);
+        skinny_blas = want && !unrunnable && !below;
+    }
     assert_int_equal(cpu_gemm_is_ember(), want);
+    /* the shape rule: only auto with a fit kernel sends skinny products to OpenBLAS */
+    assert_int_equal(cpu_gemm_ember_for(64, 256, 256), want && !skinny_blas);
+    assert_int_equal(cpu_gemm_ember_for(16, 1024, 1024), want && !skinny_blas);
+    assert_int_equal(cpu_gemm_ember_for(65, 256, 256), want);
+    assert_int_equal(cpu_gemm_ember_for(64, 255, 1024), want);
+    assert_int_equal(cpu_gemm_ember_for(64, 1024, 255), want);
+    assert_int_equal(cpu_gemm_ember_for(1024, 1024, 1024), want);
     assert_int_equal(cpu_blas_usable(), !unrunnable);
     char line[256];
     cpu_gemm_describe(line, sizeof line);

@@ -2,6 +2,7 @@
  * cpu.c — `ember-bench cpu`: the cpu backend against its baselines, each ratio measured in one
  * run with the two sides interleaved in rounds (medians):
  *   - matmul f32, n = 256 .. 2048: ember (cpu) vs a direct cblas_sgemm call (same OpenBLAS);
+ *   - the models' GEMM shapes (bench/models) at one thread: ember's GEMM vs OpenBLAS, ratio;
  *   - add and relu(a*b+c) on 16M f32: ember vs a plain C loop compiled -O3 -march=native;
  *   - the speedup of cpu over ref on each case (softmax, sum, conv2d, layer_norm, pooling);
  *   - tiny-op latency: em_add of two 1-element tensors on cpu.
@@ -9,6 +10,7 @@
  * which runs ember through its shared library beside torch in one process.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,6 +381,156 @@ static void section_peak(em_device cpu) {
 }
 #endif
 
+#ifdef EMBER_HAVE_OPENBLAS
+/* ---- the models' GEMMs: ember's GEMM vs OpenBLAS on the shapes of bench/models ---- */
+
+typedef struct shape_job {
+    int which; /* 0: ember's GEMM, 1: OpenBLAS, 2: em_matmul */
+    int64_t batch, m, k, n, reps;
+    bool ta, tb;
+    float *a, *b, *c;     /* batch items one after another */
+    em_tensor *xa, *xb;   /* em_matmul's operands: views with op() applied */
+    const cpu_kernels *kern;
+} shape_job;
+
+static void shape_run(shape_job *j) {
+    const int64_t lda = j->ta ? j->m : j->k, ldb = j->tb ? j->k : j->n;
+    for (int64_t r = 0; r < j->reps; r++) {
+        if (j->which == 2) {
+            em_tensor *o;
+            TRY(em_matmul(j->xa, j->xb, &o));
+            em_tensor_release(o);
+            continue;
+        }
+        for (int64_t bi = 0; bi < j->batch; bi++) {
+            const float *a = j->a + bi * j->m * j->k, *b = j->b + bi * j->k * j->n;
+            float *c = j->c + bi * j->m * j->n;
+            if (j->which == 0)
+                j->kern->gemm(EM_F32, j->ta, j->tb, j->m, j->n, j->k, a, lda, b, ldb, 0.0, c,
+                              j->n);
+            else
+                cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans,
+                            j->tb ? CblasTrans : CblasNoTrans, (int)j->m, (int)j->n, (int)j->k,
+                            1.0f, a, (int)lda, b, (int)ldb, 0.0f, c, (int)j->n);
+        }
+    }
+}
+
+/* op(x) of a stored [batch, rows, cols] (batch 1: 2-d) as a tensor: the transpose a view */
+static em_tensor *stored(em_device cpu, int64_t batch, int64_t rows, int64_t cols, bool t,
+                         uint64_t seed) {
+    int64_t sh[3] = {batch, rows, cols};
+    em_tensor *x = batch > 1 ? rand_on(sh, 3, cpu, seed) : rand_on(sh + 1, 2, cpu, seed), *v;
+    if (!t) return x;
+    TRY(em_transpose(x, -1, -2, &v));
+    em_tensor_release(x);
+    return v;
+}
+
+static void section_models(em_device cpu) {
+    static const struct {
+        int64_t batch, m, k, n;
+        bool ta, tb;
+        const char *what;
+    } S[] = {
+        {1, 1024, 192, 576, false, true, "gpt qkv x W^T"},
+        {1, 1024, 576, 192, false, false, "gpt qkv grad x"},
+        {1, 576, 1024, 192, true, false, "gpt qkv grad W"},
+        {1, 1024, 192, 768, false, true, "gpt fc1"},
+        {1, 1024, 768, 192, false, true, "gpt fc2"},
+        {1, 768, 1024, 192, true, false, "gpt fc1 grad W"},
+        {1, 1024, 192, 1024, false, true, "gpt head"},
+        {1, 1024, 1024, 192, false, false, "gpt head grad x"},
+        {48, 128, 32, 128, false, false, "attention q k^T"},
+        {48, 128, 128, 32, false, false, "attention p v"},
+        {1, 128, 784, 1024, false, true, "mlp fc1"},
+        {1, 128, 1024, 1024, false, true, "mlp fc2"},
+        {1, 1024, 128, 1024, true, false, "mlp fc2 grad W"},
+        {1, 128, 1024, 784, false, false, "mlp fc1 grad x"},
+        {1, 128, 64, 128, false, true, "small"},
+        {1, 512, 512, 512, false, false, "square"},
+        /* batch < 0: em_matmul of x [-batch, m, k] by a shared W^T [k, n], which cpu_matmul
+         * folds into one GEMM of -batch * m rows; the direct calls run that GEMM */
+        {-8, 128, 192, 576, false, true, "linear [8,128,192]"},
+    };
+    const int nshape = (int)(sizeof S / sizeof S[0]);
+    const bool pool1 = pool_threads() == 1;
+    const cpu_kernels *kern = cpu_kernels_of(cpu_isa());
+    char line[320];
+    cpu_gemm_describe(line, sizeof line);
+    printf("\nthe models' GEMMs (bench/models), f32, one thread: ember's GEMM (%s) vs OpenBLAS "
+           "(%s), interleaved, thread CPU time, medians\n", cpu_isa_name(kern->isa),
+           openblas_get_corename());
+    printf("  em_matmul runs: %s\n", line);
+    printf("  %-18s %5s %5s %5s %5s %3s %10s %10s %7s", "", "batch", "m", "k", "n", "op",
+           "ember GF/s", "OpenBLAS", "ratio");
+    if (pool1) printf(" %10s", "em_matmul");
+    printf("\n");
+    openblas_set_num_threads(1);
+    double logsum = 0;
+    for (int s = 0; s < nshape; s++) {
+        const bool shared = S[s].batch < 0; /* S[s].ta is false there */
+        const int64_t B = shared ? 1 : S[s].batch, m = shared ? -S[s].batch * S[s].m : S[s].m,
+                      k = S[s].k, n = S[s].n;
+        const double flop = 2.0 * (double)(B * m) * (double)n * (double)k;
+        const int64_t reps = (int64_t)(2e8 / flop) + 1;
+        em_tensor *xa = shared ? stored(cpu, -S[s].batch, S[s].m, k, false, 21 + s)
+                               : stored(cpu, B, S[s].ta ? k : m, S[s].ta ? m : k, S[s].ta, 21 + s),
+                  *xb = stored(cpu, B, S[s].tb ? n : k, S[s].tb ? k : n, S[s].tb, 51 + s);
+        /* the same values, as stored (the transposed views' own buffers, contiguous) */
+        em_tensor *ca, *cb;
+        TRY(em_transpose(xa, -1, -2, &ca)); /* (unused when not transposed) */
+        TRY(em_transpose(xb, -1, -2, &cb));
+        em_tensor *sa, *sb;
+        TRY(em_contiguous(S[s].ta ? ca : xa, &sa));
+        TRY(em_contiguous(S[s].tb ? cb : xb, &sb));
+        float *ha = host_copy(sa), *hb = host_copy(sb);
+        float *hc = calloc((size_t)(B * m * n), sizeof(float));
+        if (!hc) {
+            fprintf(stderr, "ember-bench cpu: out of memory\n");
+            exit(1);
+        }
+        shape_job jobs[3];
+        for (int w = 0; w < 3; w++)
+            jobs[w] = (shape_job){w, B, m, k, n, reps, S[s].ta, S[s].tb, ha, hb, hc, xa, xb,
+                                  kern};
+        const int nj = pool1 ? 3 : 2, r = rounds > 64 ? 64 : rounds;
+        double gf[3][64], ratio[64];
+        for (int w = 0; w < nj; w++) shape_run(&jobs[w]); /* warm-up */
+        for (int i = 0; i < r; i++) {
+            for (int q = 0; q < nj; q++) {
+                const int w = (q + i) % nj; /* the order rotates from round to round */
+                const double t0 = thread_ns();
+                shape_run(&jobs[w]);
+                gf[w][i] = flop * (double)reps / (thread_ns() - t0);
+            }
+            ratio[i] = gf[0][i] / gf[1][i];
+        }
+        const double rt = bench_median(ratio, r);
+        logsum += log(rt);
+        printf("  %-18s %5lld %5lld %5lld %5lld  %c%c %10.1f %10.1f %7.2f", S[s].what,
+               (long long)S[s].batch, (long long)m, (long long)k, (long long)n,
+               S[s].ta ? 't' : 'n',
+               S[s].tb ? 't' : 'n', bench_median(gf[0], r), bench_median(gf[1], r), rt);
+        if (pool1) printf(" %10.1f", bench_median(gf[2], r));
+        printf("\n");
+        free(ha);
+        free(hb);
+        free(hc);
+        em_tensor_release(xa);
+        em_tensor_release(xb);
+        em_tensor_release(ca);
+        em_tensor_release(cb);
+        em_tensor_release(sa);
+        em_tensor_release(sb);
+    }
+    printf("  (ratio: ember's GEMM / OpenBLAS, the median of per-round ratios; geometric mean "
+           "%.2f; batch -8: em_matmul of [8, m/8, k] by a shared W^T, one GEMM of m rows)\n",
+           exp(logsum / nshape));
+    if (!pool1) printf("  (em_matmul's column needs EMBER_NUM_THREADS=1)\n");
+}
+#endif
+
 /* ---- the sections ---- */
 
 static void section_matmul(em_device cpu) {
@@ -508,10 +660,11 @@ static void section_tiny(em_device cpu) {
 }
 
 int bench_cpu(int argc, char **argv) {
-    bool tiny_only = false;
+    bool tiny_only = false, gemm_only = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--tiny") == 0) tiny_only = true;
+        else if (strcmp(argv[i], "--gemm") == 0) gemm_only = true; /* the two GEMM sections */
         else {
             fprintf(stderr, "ember-bench cpu: unknown option '%s'\n", argv[i]);
             return 2;
@@ -537,7 +690,9 @@ int bench_cpu(int argc, char **argv) {
 #endif
 #ifdef EMBER_HAVE_OPENBLAS
     section_peak(cpu);
+    section_models(cpu);
 #endif
+    if (gemm_only) return 0;
     section_matmul(cpu);
     section_elementwise(cpu);
     section_speedups(cpu, ref);

@@ -101,6 +101,9 @@ typedef struct cpu_kernels {
  *  gemm), false for OpenBLAS's. cpu_gemm_describe: one line on the choice and why, e.g.
  *  "ember avx2 6x16 (auto: OpenBLAS runs Prescott, below this CPU's avx2)". */
 bool cpu_gemm_is_ember(void);
+/** Whether cpu_gemm runs ember's GEMM for a product of m x k by k x n (auto sends skinny ones
+ *  to OpenBLAS where its kernel fits; see matmul.c); cpu_gemm_is_ember for most shapes. */
+bool cpu_gemm_ember_for(int64_t m, int64_t n, int64_t k);
 void cpu_gemm_describe(char *buf, size_t cap);
 
 /** The table of a level compiled into this build, else NULL (the unit tests run one op

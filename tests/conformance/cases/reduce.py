@@ -366,3 +366,21 @@ mm_err("batch_mismatch", T("f32", rnd((2, 2, 3))), T("f32", rnd((3, 3, 2))), "EM
 mm_err("0d", T("f32", 1.0), T("f32", rnd((3,))), "EM_ERR_SHAPE")
 mm_err("bool", T("bool", [[True]]), T("bool", [[False]]), "EM_ERR_DTYPE")
 mm_err("dtype_mismatch", T("f32", rnd((2, 2))), T("f64", rnd((2, 2))), "EM_ERR_DTYPE")
+
+
+# matmul, nn.Linear's x @ W^T on [B, T, C] (appended last: the family's random stream of the
+# cases above stays as it was): the batch folds into one GEMM's rows (cpu_matmul), sizes
+# past the packed GEMM's small-product cutoff; and layouts that must not fold. f32 sums of 20-40
+# products of magnitude up to 4 in any order (BLAS kernels differ) are within 3e-5 of exact.
+K_TOL = dict(HALF_TOL, f32=(1e-5, 3e-5))
+for dt in FLOATS:
+    mm("linear_3d_wt/" + dt, T(dt, rnd((3, 17, 40))),
+       T(dt, rnd((33, 40)), view=("transpose", 0, 1)), tol=K_TOL.get(dt))
+mm("linear_padded_rows", T("f32", rnd((3, 17, 44)), view=("slice", 2, 0, 40, 1)),
+   T("f32", rnd((33, 40)), view=("transpose", 0, 1)), tol=K_TOL["f32"])
+mm("linear_x_transposed_items", T("f64", rnd((3, 40, 17)), view=("transpose", 1, 2)),
+   T("f64", rnd((40, 33))))
+mm("linear_4d_partial_bcast", T("f32", rnd((2, 3, 9, 21))), T("f32", rnd((2, 1, 21, 17))),
+   tol=K_TOL["f32"])
+mm("linear_4d_bcast_outer", T("f32", rnd((2, 3, 9, 21))), T("f32", rnd((3, 21, 17))),
+   tol=K_TOL["f32"])
