@@ -258,13 +258,66 @@ em_status em_init_xavier_uniform(const em_params *params, uint64_t seed);
  * 4. Losses (0-d results; tracked when the inputs are)
  * ====================================================================================== */
 
+/** What a loss returns: per-element losses, their mean or their sum. */
+typedef enum em_reduction {
+    EM_REDUCTION_MEAN = 0,
+    EM_REDUCTION_SUM,
+    EM_REDUCTION_NONE
+} em_reduction;
+
+/** Options of the cross-entropy and NLL losses (torch.nn.functional.cross_entropy's). */
+typedef struct em_ce_opts {
+    em_reduction reduction;
+    /** Targets equal to it count for nothing (and not in the mean's denominator). -100. */
+    int64_t ignore_index;
+    /** In [0, 1]: the target becomes (1 - s) one-hot + s / C. 0. */
+    double label_smoothing;
+    /** Per-class weights [C] of the input's dtype (borrowed), or NULL. The mean of index
+     *  targets divides by the sum of the weights of the kept targets, as torch's. */
+    const em_tensor *weight;
+} em_ce_opts;
+
+/** reduction mean, ignore_index -100, no smoothing, no weights. */
+em_ce_opts em_ce_opts_default(void);
+
 /** Mean cross-entropy of logits [N, C] against class indices [N] (EM_I64/EM_I32) or
  *  probabilities [N, C]: em_cross_entropy. */
 em_status em_loss_cross_entropy(const em_tensor *logits, const em_tensor *target,
                                 em_tensor **loss);
+/** Cross-entropy as torch.nn.functional.cross_entropy: logits [N, C, d1, ...] or [C] (classes
+ *  at dim 1, or 0), targets either class indices (i64/i32) of the logits' shape without the
+ *  class dim, or class probabilities of the logits' shape and dtype; opts NULL means
+ *  em_ce_opts_default(). A 0-d result, or the per-element losses (reduction none).
+ *  EM_ERR_SHAPE / EM_ERR_DTYPE for mismatched targets or weights, EM_ERR_ARG for a bad
+ *  option or an index target outside [0, C) that is not ignore_index. */
+em_status em_loss_cross_entropy_ex(const em_tensor *logits, const em_tensor *target,
+                                   const em_ce_opts *opts, em_tensor **loss);
+/** Negative log-likelihood (torch's nll_loss) of log-probabilities [N, C, ...] or [C] against
+ *  class indices, with the options of em_loss_cross_entropy_ex (label_smoothing must be 0). */
+em_status em_loss_nll(const em_tensor *log_probs, const em_tensor *target,
+                      const em_ce_opts *opts, em_tensor **loss);
+/** Binary cross-entropy of logits against targets in [0, 1] (one shape and float dtype), in
+ *  torch's numerically stable form; pos_weight (may be NULL) weighs the positive term and
+ *  broadcasts to the logits (e.g. [C] for [N, C]). */
+em_status em_loss_bce_with_logits(const em_tensor *logits, const em_tensor *target,
+                                  const em_tensor *pos_weight, em_reduction r, em_tensor **loss);
 /** mean((pred - target)^2); pred and target of one shape and dtype (EM_ERR_SHAPE,
  *  EM_ERR_DTYPE otherwise). */
 em_status em_loss_mse(const em_tensor *pred, const em_tensor *target, em_tensor **loss);
+/** (pred - target)^2 with a reduction. */
+em_status em_loss_mse_ex(const em_tensor *pred, const em_tensor *target, em_reduction r,
+                         em_tensor **loss);
+/** |pred - target| with a reduction. */
+em_status em_loss_l1(const em_tensor *pred, const em_tensor *target, em_reduction r,
+                     em_tensor **loss);
+/** torch's smooth_l1_loss: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (beta 0: L1).
+ *  EM_ERR_ARG for beta < 0 or not finite. */
+em_status em_loss_smooth_l1(const em_tensor *pred, const em_tensor *target, double beta,
+                            em_reduction r, em_tensor **loss);
+/** torch's huber_loss: 0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta). EM_ERR_ARG
+ *  for delta <= 0 or not finite. */
+em_status em_loss_huber(const em_tensor *pred, const em_tensor *target, double delta,
+                        em_reduction r, em_tensor **loss);
 
 /* ======================================================================================
  * 5. Optimizers, learning-rate schedule, gradient clipping

@@ -156,6 +156,58 @@ put("emb.r", r)
 put("emb.y", y)
 put("emb.dweight", emb.weight.grad)
 
+# the losses of issue 14 (test_nn.c's test_losses_ex): the input, the targets, the loss and
+# the input's gradient (of sum(loss * r) for reduction none)
+F = nn.functional
+
+
+def loss_case(name, f, x, *rest):
+    x = x.clone().requires_grad_(True)
+    put(name + ".x", x)
+    loss = f(x)
+    if loss.dim() > 0:
+        r = rnd(*loss.shape)
+        put(name + ".r", r)
+        (loss * r).sum().backward()
+    else:
+        loss.backward()
+    put(name + ".loss", loss)
+    put(name + ".dx", x.grad)
+
+
+ce_x = rnd(2, 4, 3, 2)
+ce_t = torch.tensor([[[0, 3], [-100, 1], [2, 2]], [[1, -100], [3, 0], [0, 2]]])
+ce_w = torch.rand(4, dtype=D) + 0.5
+put("ce4.t", ce_t.double())
+put("ce4.w", ce_w)
+for red in ["mean", "sum", "none"]:
+    loss_case("ce4." + red, lambda x: F.cross_entropy(x, ce_t, weight=ce_w, reduction=red,
+                                                      label_smoothing=0.1), ce_x)
+    loss_case("ce4plain." + red, lambda x: F.cross_entropy(x, ce_t, reduction=red), ce_x)
+cp_x = rnd(3, 5)
+cp_t = torch.softmax(rnd(3, 5) * 3, 1)
+put("cep.t", cp_t)
+loss_case("cep", lambda x: F.cross_entropy(x, cp_t, weight=ce_w.repeat(2)[:5],
+                                           label_smoothing=0.2), cp_x)
+put("cep.w", ce_w.repeat(2)[:5])
+nl_t = torch.tensor([1, 2, 4])
+put("nll.t", nl_t.double())
+loss_case("nll", lambda x: F.nll_loss(x, nl_t, ignore_index=2), torch.log_softmax(rnd(3, 5), 1))
+bx = rnd(3, 4) * 4
+bt = torch.rand(3, 4, dtype=D)
+bpw = torch.rand(4, dtype=D) + 0.5
+put("bce.t", bt)
+put("bce.pw", bpw)
+loss_case("bce.mean", lambda x: F.binary_cross_entropy_with_logits(x, bt, pos_weight=bpw), bx)
+loss_case("bce.none", lambda x: F.binary_cross_entropy_with_logits(x, bt, reduction="none"), bx)
+rx = rnd(3, 4) * 2
+rt = rnd(3, 4) * 2
+put("reg.t", rt)
+loss_case("l1", lambda x: F.l1_loss(x, rt), rx)
+loss_case("sl1", lambda x: F.smooth_l1_loss(x, rt, beta=0.5, reduction="sum"), rx)
+loss_case("huber", lambda x: F.huber_loss(x, rt, delta=0.7), rx)
+loss_case("mse.none", lambda x: F.mse_loss(x, rt, reduction="none"), rx)
+
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden_nn.txt")
 with open(path, "w") as f:
     f.write("# written by gen_nn.py (PyTorch %s, float64); do not edit\n" % torch.__version__)

@@ -694,6 +694,149 @@ static em_tensor *labels(const garr *a, em_device dev) {
     return t;
 }
 
+typedef enum { L_CE, L_NLL, L_BCE, L_L1, L_SL1, L_HUBER, L_MSE } lkind;
+
+/* One loss case: x from the golden file on dev (tracked), the loss and dx. */
+static void run_loss(const char *cname, lkind kind, const em_tensor *target,
+                     const em_ce_opts *co, const em_tensor *pw, em_reduction red,
+                     const int64_t *xs, int xr, em_device dev) {
+    em_tensor *x = from(ggetf("%s.%s", cname, "x"), xs, xr, dev), *loss = NULL;
+    assert_int_equal(em_tensor_require_grad(x), EM_OK);
+    em_status s = EM_ERR_STATE;
+    switch (kind) {
+    case L_CE: s = em_loss_cross_entropy_ex(x, target, co, &loss); break;
+    case L_NLL: s = em_loss_nll(x, target, co, &loss); break;
+    case L_BCE: s = em_loss_bce_with_logits(x, target, pw, red, &loss); break;
+    case L_L1: s = em_loss_l1(x, target, red, &loss); break;
+    case L_SL1: s = em_loss_smooth_l1(x, target, 0.5, red, &loss); break;
+    case L_HUBER: s = em_loss_huber(x, target, 0.7, red, &loss); break;
+    case L_MSE: s = em_loss_mse_ex(x, target, red, &loss); break;
+    }
+    if (s != EM_OK) fail_msg("%s: %s", cname, em_last_error());
+    expect_close(loss, ggetf("%s.%s", cname, "loss"), TOL, cname);
+    em_tensor *l = loss, *lr = NULL;
+    if (em_tensor_rank(loss) > 0) {
+        em_tensor *r = from(ggetf("%s.%s", cname, "r"), em_tensor_shape(loss),
+                            em_tensor_rank(loss), inner_of(dev)), *p = NULL;
+        assert_int_equal(em_mul(loss, r, &p), EM_OK);
+        assert_int_equal(em_sum(p, &lr), EM_OK);
+        em_tensor_release(p), em_tensor_release(r);
+        l = lr;
+    }
+    em_grads *g = NULL;
+    assert_int_equal(em_backward(l, &g), EM_OK);
+    em_tensor *gx = NULL;
+    assert_int_equal(em_grads_get(g, x, &gx), EM_OK);
+    expect_close(gx, ggetf("%s.%s", cname, "dx"), TOL, cname);
+    em_tensor_release(gx);
+    em_grads_release(g);
+    em_tensor_release(lr);
+    em_tensor_release(loss);
+    em_tensor_release(x);
+}
+
+static void test_losses_ex(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    static const char *const reds[3] = {"mean", "sum", "none"};
+    for (size_t di = 0; di < nd; di++)
+        for (int c = 0; c < 2; c++) {
+            em_device dev = ad_of(list[di], c ? EM_CKPT_BALANCED : EM_CKPT_DISABLED);
+            em_device in = inner_of(dev);
+            const garr *ta = gget("ce4.t");
+            int64_t tv[12];
+            for (int i = 0; i < 12; i++) tv[i] = (int64_t)ta->v[i];
+            em_tensor *t = NULL, *w = from(gget("ce4.w"), (const int64_t[]){4}, 1, in);
+            assert_int_equal(em_tensor_from_data(tv, EM_I64, (const int64_t[]){2, 3, 2}, 3, in,
+                                                 &t), EM_OK);
+            for (int r = 0; r < 3; r++) {
+                char name[64];
+                em_ce_opts o = em_ce_opts_default();
+                o.reduction = (em_reduction)r;
+                snprintf(name, sizeof name, "ce4plain.%s", reds[r]);
+                run_loss(name, L_CE, t, &o, NULL, o.reduction, (const int64_t[]){2, 4, 3, 2}, 4,
+                         dev);
+                o.weight = w;
+                o.label_smoothing = 0.1;
+                snprintf(name, sizeof name, "ce4.%s", reds[r]);
+                run_loss(name, L_CE, t, &o, NULL, o.reduction, (const int64_t[]){2, 4, 3, 2}, 4,
+                         dev);
+            }
+            em_tensor_release(t);
+            em_tensor_release(w);
+            /* probability targets, smoothing and weights */
+            em_tensor *pt = from(gget("cep.t"), (const int64_t[]){3, 5}, 2, in);
+            em_tensor *pw5 = from(gget("cep.w"), (const int64_t[]){5}, 1, in);
+            em_ce_opts o = em_ce_opts_default();
+            o.weight = pw5;
+            o.label_smoothing = 0.2;
+            run_loss("cep", L_CE, pt, &o, NULL, o.reduction, (const int64_t[]){3, 5}, 2, dev);
+            em_tensor_release(pt);
+            em_tensor_release(pw5);
+            /* NLL with an ignore_index of its own */
+            int64_t nv[3] = {1, 2, 4};
+            em_tensor *nt = NULL;
+            assert_int_equal(em_tensor_from_data(nv, EM_I64, (const int64_t[]){3}, 1, in, &nt),
+                             EM_OK);
+            o = em_ce_opts_default();
+            o.ignore_index = 2;
+            run_loss("nll", L_NLL, nt, &o, NULL, o.reduction, (const int64_t[]){3, 5}, 2, dev);
+            em_tensor_release(nt);
+            /* binary and regression losses */
+            em_tensor *bt = from(gget("bce.t"), (const int64_t[]){3, 4}, 2, in);
+            em_tensor *bpw = from(gget("bce.pw"), (const int64_t[]){4}, 1, in);
+            run_loss("bce.mean", L_BCE, bt, NULL, bpw, EM_REDUCTION_MEAN,
+                     (const int64_t[]){3, 4}, 2, dev);
+            run_loss("bce.none", L_BCE, bt, NULL, NULL, EM_REDUCTION_NONE,
+                     (const int64_t[]){3, 4}, 2, dev);
+            em_tensor_release(bt);
+            em_tensor_release(bpw);
+            em_tensor *rt = from(gget("reg.t"), (const int64_t[]){3, 4}, 2, in);
+            run_loss("l1", L_L1, rt, NULL, NULL, EM_REDUCTION_MEAN, (const int64_t[]){3, 4}, 2,
+                     dev);
+            run_loss("sl1", L_SL1, rt, NULL, NULL, EM_REDUCTION_SUM, (const int64_t[]){3, 4}, 2,
+                     dev);
+            run_loss("huber", L_HUBER, rt, NULL, NULL, EM_REDUCTION_MEAN,
+                     (const int64_t[]){3, 4}, 2, dev);
+            run_loss("mse.none", L_MSE, rt, NULL, NULL, EM_REDUCTION_NONE,
+                     (const int64_t[]){3, 4}, 2, dev);
+            em_tensor_release(rt);
+        }
+    /* bad input */
+    em_device ref;
+    assert_int_equal(em_device_parse("ref", &ref), EM_OK);
+    em_tensor *x = NULL, *t = NULL, *out = NULL;
+    assert_int_equal(em_zeros((const int64_t[]){2, 3}, 2, EM_F32, ref, &x), EM_OK);
+    int64_t bad[2] = {1, 3};
+    assert_int_equal(em_tensor_from_data(bad, EM_I64, (const int64_t[]){2}, 1, ref, &t), EM_OK);
+    assert_int_equal(em_loss_cross_entropy_ex(x, t, NULL, &out), EM_ERR_ARG);
+    expect_error_contains("outside [0, 3)");
+    em_ce_opts o = em_ce_opts_default();
+    o.ignore_index = 3;
+    assert_int_equal(em_loss_cross_entropy_ex(x, t, &o, &out), EM_OK);
+    em_tensor_release(out);
+    out = NULL;
+    o.label_smoothing = 1.5;
+    assert_int_equal(em_loss_cross_entropy_ex(x, t, &o, &out), EM_ERR_ARG);
+    o = em_ce_opts_default();
+    o.reduction = (em_reduction)7;
+    assert_int_equal(em_loss_cross_entropy_ex(x, t, &o, &out), EM_ERR_ARG);
+    o = em_ce_opts_default();
+    o.label_smoothing = 0.1;
+    assert_int_equal(em_loss_nll(x, t, &o, &out), EM_ERR_ARG);
+    em_tensor *t3 = NULL;
+    assert_int_equal(em_zeros((const int64_t[]){3}, 1, EM_I64, ref, &t3), EM_OK);
+    assert_int_equal(em_loss_cross_entropy_ex(x, t3, NULL, &out), EM_ERR_SHAPE);
+    assert_int_equal(em_loss_huber(x, x, 0, EM_REDUCTION_MEAN, &out), EM_ERR_ARG);
+    assert_int_equal(em_loss_smooth_l1(x, x, -1, EM_REDUCTION_MEAN, &out), EM_ERR_ARG);
+    assert_int_equal(em_loss_l1(x, t3, EM_REDUCTION_MEAN, &out), EM_ERR_SHAPE);
+    assert_null(out);
+    em_tensor_release(t3);
+    em_tensor_release(t);
+    em_tensor_release(x);
+}
+
 static void test_losses(void **state) {
     (void)state;
     em_device list[16];
@@ -1075,6 +1218,7 @@ int main(void) {
         cmocka_unit_test(test_dropout_init_schedule), cmocka_unit_test(test_training),
         cmocka_unit_test(test_errors),      cmocka_unit_test(test_more_layers),
         cmocka_unit_test(test_module_interface), cmocka_unit_test(test_no_grad),
+        cmocka_unit_test(test_losses_ex),
     };
     return cmocka_run_group_tests(tests, load_golden, free_golden);
 }
