@@ -227,7 +227,8 @@ int main(void) {
         {"sigmoid", v_sigmoid, r_sigmoid, 2.5, {88.0f, 16.0f, 1.0f}, 3, 0, 0, 0},
         {"silu", v_silu, r_silu, 3.5, {88.0f, 16.0f, 1.0f}, 3, 0, 0, 0},
         {"erf", v_erf, r_erf, 2.0, {1.0f, 2.5f, 3.9f, 1e-4f}, 4, 0, 0, 0},
-        {"gelu", v_gelu, r_gelu, 6.0, {1.41421356f, 3.5355339f, 5.0f, 13.0f}, 4, 0, 0, 0},
+        {"gelu", v_gelu, r_gelu, 7.5, {1.41421356f, 3.5355339f, 5.0f, 13.0f, 13.3f, 14.5f, 1e-3f},
+         7, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
         sweep(&fns[i]);
