@@ -19,7 +19,8 @@ and the ratio of the best rounds beside it (a busy machine only adds time). Case
   - batch norm's [16, C, 32, 32] times / plus / minus [1, C, 1, 1], C = 16, 32, 64, and their
     backward's reduction to [1, C, 1, 1]: ember's autodiff (emi_ad_unbroadcast) sums the
     [16, C, 1024] view over its last dim, then over its first; torch's autograd sums over
-    (0, 2, 3) (sum_to_size). "mul backward" adds the product grad * x before it.
+    (0, 2, 3) (sum_to_size); and forward + backward of sum((x op c) * g) through autodiff
+    (cpu+autodiff against autograd), x and c requiring grad.
 Ratios above 1: ember faster. --clock cpu times the process's CPU time (steadier with one
 thread on a busy machine; with two it adds both threads' time).
 """
@@ -51,7 +52,11 @@ def load(build):
         ("em_sum_dim", [P, ctypes.c_int, ctypes.c_bool, PP]),
         ("em_mul", [P, P, PP]),
         ("em_add", [P, P, PP]),
-        ("em_sub", [P, P, PP])))
+        ("em_sub", [P, P, PP]),
+        ("em_sum", [P, PP]),
+        ("em_tensor_require_grad", [P]),
+        ("em_backward", [P, PP]),
+        ("em_grads_release", [P])))
 
 
 def main():
@@ -162,25 +167,44 @@ def main():
                                  ("-", lib.em_sub, torch.sub)):
             versus("[16,%d,32,32] %s [1,%d,1,1]" % (C, opname, C), lambda: em.run(efn, ex, ec),
                    lambda: tfn(x, c), reps_for(n))
-        v3 = em.shape((16, C, 1024))
-        c3 = em.shape((1, C, 1, 1))
+        # the backward's reduction as emi_ad_unbroadcast runs it: [16, C, 1024] summed over
+        # its last dim, then its first (two ember calls through ctypes against torch's one)
+        r3 = em.call(lib.em_reshape, eg, em.shape((16, C, 1024)), 3)
 
-        def unbroadcast(t):
-            r = em.call(lib.em_reshape, t, v3, 3)
-            s1 = em.call(lib.em_sum_dim, r, 2, True)
-            s0 = em.call(lib.em_sum_dim, s1, 0, True)
-            out = em.call(lib.em_reshape, s0, c3, 4)
-            em.release(r, s1, s0, out)
+        def unbroadcast():
+            s1 = em.call(lib.em_sum_dim, r3, 2, True)
+            em.run(lib.em_sum_dim, s1, 0, True)
+            em.release(s1)
 
-        def mul_backward():
-            p = em.call(lib.em_mul, eg, ex)
-            unbroadcast(p)
-            em.release(p)
-
-        versus("sum [16,%d,32,32] -> [1,%d,1,1] (add bw)" % (C, C), lambda: unbroadcast(eg),
+        versus("sum [16,%d,32,32] -> [1,%d,1,1]" % (C, C), unbroadcast,
                lambda: g.sum((0, 2, 3), keepdim=True), reps_for(n))
-        versus("grad*x -> [1,%d,1,1] (mul bw, C=%d)" % (C, C), mul_backward,
-               lambda: (g * x).sum((0, 2, 3), keepdim=True), reps_for(n))
+        em.release(r3)
+        # forward and backward of batch norm's scale and shift through autodiff: loss =
+        # sum((x op c) * g), x and c requiring grad (the backward: g * c or g for x,
+        # unbroadcast(g * x) or unbroadcast(g) for c)
+        ax, ac, ag = em.tensor(x, "cpu+autodiff"), em.tensor(c, "cpu+autodiff"), \
+            em.tensor(g, "cpu+autodiff")
+        em.check(lib.em_tensor_require_grad(ax))
+        em.check(lib.em_tensor_require_grad(ac))
+        xt, ct = x.clone().requires_grad_(True), c.clone().requires_grad_(True)
+        for opname, efn, tfn in (("*", lib.em_mul, torch.mul), ("+", lib.em_add, torch.add)):
+            def ember_step():
+                y = em.call(efn, ax, ac)
+                yg = em.call(lib.em_mul, y, ag)
+                loss = em.call(lib.em_sum, yg)
+                grads = ctypes.c_void_p()
+                em.check(lib.em_backward(loss, ctypes.byref(grads)))
+                lib.em_grads_release(grads)
+                em.release(y, yg, loss)
+
+            def torch_step():
+                xt.grad = None
+                ct.grad = None
+                (tfn(xt, ct) * g).sum().backward()
+
+            versus("fwd+bwd sum((x %s c) * g), C=%d" % (opname, C), ember_step, torch_step,
+                   max(1, reps_for(n) // 4))
+        em.release(ax, ac, ag)
         em.release(ex, eg, ec)
 
     if ratios:
