@@ -110,7 +110,8 @@ static void special(fn *f) {
                                88.72284f, 88.7229f, -87.33654f, -87.34f, -103.97f, -103.98f,
                                -104.5f, 89.5f, 9.0f, -9.0f, 10.0f, 3.9f, 1.0f, 0.625f, -0.625f,
                                1.41421356f, -1.41421356f, -14.0f, -20.0f, 20.0f, -0.999999f,
-                               -1.000001f, 16777216.0f, 1e30f};
+                               -1.000001f, 16777216.0f, 1e30f, -14.5f, 14.5f, -14.499999f,
+                               -14.500001f, -13.0f, -13.3f};
     for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
         float x = xs[i], g = f->v(x);
         double r = f->r((double)x);
@@ -227,7 +228,8 @@ int main(void) {
         {"sigmoid", v_sigmoid, r_sigmoid, 2.5, {88.0f, 16.0f, 1.0f}, 3, 0, 0, 0},
         {"silu", v_silu, r_silu, 3.5, {88.0f, 16.0f, 1.0f}, 3, 0, 0, 0},
         {"erf", v_erf, r_erf, 2.0, {1.0f, 2.5f, 3.9f, 1e-4f}, 4, 0, 0, 0},
-        {"gelu", v_gelu, r_gelu, 6.0, {1.41421356f, 3.5355339f, 5.0f, 13.0f}, 4, 0, 0, 0},
+        {"gelu", v_gelu, r_gelu, 7.5, {1.41421356f, 3.5355339f, 5.0f, 13.0f, 13.3f, 14.5f, 1e-3f},
+         7, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
         sweep(&fns[i]);

@@ -22,19 +22,20 @@
  *                                        silu(-inf) is NaN, as ref's x / (1 + exp(-x))
  *   cpu_erff      2 ulp   [1.40 / 1.17]  x + x P(x^2) below 1; 1 - erfc(|x|) above, erfc(u) =
  *                                        e^-u^2 F(1/u), u^2 split exactly (FMA or Veltkamp)
- *   cpu_geluf     6 ulp   [4.69 / 4.69]  x Φ(x), Φ from one fit of erfc(|x|/√2) for every x
- *                                        (no pieces: one exp, one division), the exp's scale
- *                                        applied last, so the far negative tail keeps its
- *                                        relative accuracy down to FLT_MIN; gelu(-inf) is NaN,
- *                                        as ref's formula
+ *   cpu_geluf     7.5 ulp [7.21 / 5.83]  x Φ(x), Φ from one rational fit of erfc(|x|/√2)
+ *                                        e^(x^2/2) for every x (no pieces: one exp, one
+ *                                        division), the exp's scale applied last, so the far
+ *                                        negative tail keeps its relative accuracy down to
+ *                                        FLT_MIN; gelu(-inf) is NaN, as ref's formula
  *   cpu_powf      1 ulp   [0.00 / 0.00: correctly rounded on 5M pairs]  log2 and exp2 in
  *                         double (~1e-15), rounded once to f32: exact where the result is a
  *                         float (integer powers...); C99 Annex F's special cases: pow(x, ±0) =
  *                         1, pow(1, y) = 1, pow(-1, ±inf) = 1, negative bases with integer
  *                         exponents signed by parity, NaN for non-integer ones (finite bases),
  *                         the ±0 / ±inf rules
- * The polynomials of erf / gelu / F / R are least-squares fits on relative error (Lawson
- * iterations toward minimax) made with NumPy in double and rounded to f32.
+ * The polynomials of erf / F are least-squares fits on relative error (Lawson iterations
+ * toward minimax) made with NumPy in double and rounded to f32; gelu's P/D is a linearised
+ * (Loeb) least-squares fit with Lawson's weights, its exp polynomial a Remez fit.
  */
 #ifndef EMBER_CPU_VMATH_H
 #define EMBER_CPU_VMATH_H
@@ -273,27 +274,44 @@ static inline float cpu_erff(float x) {
 }
 
 /* gelu(x) = x Φ(x), Φ(x) = 1 - Q(|x|) above 0 and Q(|x|) below, Q(a) = erfc(a/√2)/2 in one
- * piece for every a: Q(a) = t e^(-a^2/2 + P(t)) / 2, t = 1/(1 + a/2), P(t) = (t - 1) R(t), R
- * a fit of degree 9 centred on t = 0.56 (P(1) = 0: Q(0) = 1/2 exactly); -a^2/2 = -(h + l)/2
- * split exactly and its exp reduced exactly, the exp's scale applied last, so the negative
- * tail keeps its relative accuracy down to FLT_MIN. gelu(-inf) is NaN, as ref's formula. */
+ * piece for every a: Q(a) = e^(-a^2/2) P(a)/D(a), P/D a rational fit of degree (4, 5) of
+ * Q(a) e^(a^2/2) on a in [0, 13.3] (relative error 5e-9; positive coefficients, so Horner's
+ * rule in f32 does not cancel). -a^2/2 = -(h + l)/2 is split exactly and its exp reduced
+ * exactly (u = 2r, the polynomial's coefficients halved per power), the scale 2^(n+64) set
+ * from the rounding constant's bits and 2^-64 applied last, so the negative tail keeps its
+ * relative accuracy down to FLT_MIN. One division, no selects of coefficients: a third of
+ * the old one-piece form's work (which fitted the exponent in t = 1/(1 + a/2) and divided
+ * twice). min(a, 14.5) on a's bits (an integer min: a float compare would be if-converted by
+ * GCC into blends of every value derived from a). gelu(-inf) is NaN, as ref's formula. */
 static inline float cpu_geluf(float x) {
     float a = cpu_fabsf(x);
-    float ac = a < 14.5f ? a : 14.5f;
-    float h = ac * ac, l = cpu_sqr_lo(ac, h);
-    float t = 1.0f / CPU_FMAF(ac, 0.5f, 1.0f);
-    float sv = t - 5.602409840e-01f;
-    float s2v = sv * sv, s4v = s2v * s2v; /* R by Estrin's scheme: a shorter chain */
-    float r01 = CPU_FMAF(-3.974710107e-01f, sv, 7.702139616e-01f), r23 = CPU_FMAF(2.694224417e-01f, sv, -8.750224859e-02f);
-    float r45 = CPU_FMAF(-1.271770298e-01f, sv, -1.323616952e-01f), r67 = CPU_FMAF(-1.022844464e-01f, sv, 2.610699534e-01f);
-    float r89 = CPU_FMAF(1.875537485e-01f, sv, -2.035268694e-01f);
-    float r03 = CPU_FMAF(r23, s2v, r01), r47 = CPU_FMAF(r67, s2v, r45);
-    float r = CPU_FMAF(CPU_FMAF(r89, s4v, r47), s4v, r03);
-    float p = (t - 1.0f) * r;
-    float s2, e = cpu_expf_2(-0.5f * h, CPU_FMAF(-0.5f, l, p), &s2);
-    float q = 0.5f * t * e; /* Q(|x|) = q * s2 */
-    q = a > 14.5f ? 0.0f : q;
-    return x < 0 ? (x * q) * s2 : x * (1.0f - q * s2); /* NaN, -0 go through */
+    uint32_t ua = cpu_f2u(a);
+    float ac = cpu_u2f(ua < 0x41680000u ? ua : 0x41680000u); /* min(a, 14.5); NaN: 14.5 */
+    float h = ac * ac, l = cpu_sqr_lo(ac, h);                 /* a^2 = h + l exactly */
+    float pn = CPU_FMAF(4.020226023e-03f, ac, 3.998440764e-02f);
+    pn = CPU_FMAF(pn, ac, 1.813074479e-01f);
+    pn = CPU_FMAF(pn, ac, 4.356872321e-01f);
+    pn = CPU_FMAF(pn, ac, 5.000000025e-01f);
+    float pd = CPU_FMAF(1.007706901e-02f, ac, 1.002334277e-01f);
+    pd = CPU_FMAF(pd, ac, 4.643821536e-01f);
+    pd = CPU_FMAF(pd, ac, 1.194487049e+00f);
+    pd = CPU_FMAF(pd, ac, 1.669259383e+00f);
+    pd = CPU_FMAF(pd, ac, 1.0f);
+    /* e^(-(h + l)/2) = pe 2^n: n = rint(-h/(2 ln2)) read from sm's low bits, which also hold
+     * n + 127 + 64 for the scale; u = -(h + l) - 2n ln2, exactly up to l's rounding. */
+    float sm = CPU_FMAF(h, -0.72134752044448170f, 12583103.0f); /* 1.5 * 2^23 + 127 + 64 */
+    float n = sm - 12583103.0f;
+    float u = CPU_FMAF(n, -1.38671875f, -h) + CPU_FMAF(n, 4.24388880e-4f, -l); /* 2 ln2 = */
+    /* 1.38671875 - 4.2438888e-4: the first product and sum are exact */
+    float u2 = u * u; /* e^(u/2) = 1 + u/2 + (u/2)^2 (c2 + c3 u/2 + ...), a minimax fit */
+    float pa = CPU_FMAF(1.666641682e-01f / 8, u, 4.999998808e-01f / 4);
+    float pb = CPU_FMAF(8.378303610e-03f / 32, u, 4.166841134e-02f / 16);
+    pb = CPU_FMAF(1.386072487e-03f / 64, u2, pb);
+    float pe = CPU_FMAF(CPU_FMAF(pb, u2, pa), u2, 0.5f * u) + 1.0f;
+    float e = pe * cpu_u2f(cpu_f2u(sm) << 23); /* e^(-a^2/2) 2^64 */
+    pn = a > 14.5f ? 0.0f : pn; /* gelu(x) = -0 below -14.5 (NaN at -inf) */
+    float q = e * (pn / pd);    /* Q(|x|) 2^64; the division meanwhile the exp */
+    return x <= 0 ? (x * q) * 5.42101086e-20f : x * CPU_FMAF(-q, 5.42101086e-20f, 1.0f);
 }
 
 /* log2(x) in double, to about 1e-15 relative, for a finite f32 x > 0: x = m 2^k with m in
