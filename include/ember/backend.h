@@ -276,7 +276,8 @@ em_status em_backend_register(const em_backend_ops *ops);
 
 /** The table the core routes a backend's calls through, or NULL when the backend is not
  *  registered. For a backend with EM_CAP_HOST_MEMORY, every kernel slot it left NULL is
- *  filled with the ref backend's kernel (they share the host-view conventions). */
+ *  filled with the ref backend's kernel (they share the host-view conventions), except the
+ *  fused slots (ABI 3), which stay NULL: the core composes them from the backend's own. */
 const em_backend_ops *em_backend_get(em_backend b);
 /** The backend's own table as registered (NULL slots included), or NULL. */
 const em_backend_ops *em_backend_get_native(em_backend b);
