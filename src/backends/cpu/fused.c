@@ -1,8 +1,7 @@
 /* fused.c — the cpu backend's fused kernels (backend.h, ABI 3), compiled once per
  * instruction-set level (isa.h):
  *   - unary_backward: gx = gy * f'(v) in one pass, v the op's input or output. f32 loops over
- *     vmath.h's functions (gelu's Phi(x) as gelu(x) / x, which keeps the negative tail's
- *     relative accuracy where 1 + erf cancels), sin / cos in double as the forward kernels;
+ *     vmath.h's functions (erf and exp for gelu), sin / cos in double as the forward kernels;
  *     f64 in double with libm; f16 / bf16 through f32 blocks (half.h), rounded once on store;
  *   - adam_step: the update of backend.h operation by operation, in float for f32 / f16 / bf16
  *     (the same bits as the composed step for f32) and double for f64.
@@ -20,9 +19,11 @@
 
 /* ---- unary backward ---- */
 
+/* Phi(x) + x phi(x) with Phi = (1 + erf(x / sqrt 2)) / 2, as PyTorch and the composed rule:
+ * 1 + erf cancels in the negative tail (an absolute error of about 3e-8 in Phi), which
+ * gelu(x) / x would avoid at one more division and a costlier function (1.5 times the time) */
 static inline float ub_gelu_f32(float x) {
-    float a = x < 0 ? -x : x;
-    float cdf = a < 1e-20f ? 0.5f : cpu_geluf(x) / x; /* Phi(x) */
+    float cdf = 0.5f + 0.5f * cpu_erff(x * 0.70710678118654752440f);
     float pdf = cpu_expf(-0.5f * x * x) * 0.39894228040143267794f;
     return cdf + x * pdf;
 }
