@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define EM_BACKEND_ABI_VERSION 2u /* 2: read_many appended */
+#define EM_BACKEND_ABI_VERSION 3u /* 2: read_many appended; 3: unary_backward, adam_step */
 
 /** A tensor's placement inside a backend buffer. */
 typedef struct em_view {
@@ -108,6 +108,20 @@ typedef struct em_pool_args {
     int64_t kernel[2], stride[2], padding[2], dilation[2];
     bool count_include_pad;
 } em_pool_args;
+
+/** One Adam / AdamW step's scalars, derived by the core from the optimizer's settings and the
+ *  step count (src/nn/optim.c), so that every backend computes the same thing. See the
+ *  adam_step slot for the arithmetic. */
+typedef struct em_adam_args {
+    double grad_scale;   /* g = grad * grad_scale */
+    double weight_decay; /* Adam's L2 term: d = g + param * weight_decay; 0: d = g */
+    double beta1, c1;    /* m = m * beta1 + d * c1 (c1 = 1 - beta1) */
+    double beta2, c2;    /* v = v * beta2 + (d * d) * c2 (c2 = 1 - beta2) */
+    double denom_scale;  /* den = sqrt(v) * denom_scale + denom_eps */
+    double denom_eps;
+    double step_scale;   /* q = (m / den) * step_scale */
+    double decay;        /* param = param * decay - q (AdamW's decoupled decay: 1 - lr * wd) */
+} em_adam_args;
 
 /* Capabilities */
 #define EM_CAP_STRIDED_INPUTS (1u << 0) /* kernels accept any strided input view */
@@ -235,6 +249,42 @@ typedef struct em_backend_ops {
      *  `read` n times. Used by em_read_many. */
     em_status (*read_many)(void *ctx, int n, const void *const *bufs, const size_t *offsets,
                            void *const *dsts, const size_t *bytes);
+
+    /* ---- fused kernels (ABI 3) ----
+     * Each may be NULL, and each may return EM_ERR_UNSUPPORTED for a case it does not handle
+     * (an op, a dtype): the core then composes the same result from the slots above, as it
+     * does for a NULL slot. Registering does not fill them from ref. Float dtypes only (f32,
+     * f64, f16, bf16); all views of one dtype and shape. */
+    /** gx = gy * f'(x), the input gradient of the unary op `op`, elementwise. gx is a fresh
+     *  contiguous view; gy and the value given are any strided views (stride 0 included).
+     *  Each op reads one value, the other pointer is NULL:
+     *    x (the op's input):  ABS sign(x) (0 at 0), LOG 1/x (as gy / x), LOG1P 1/(1 + x)
+     *                         (as gy / (1 + x)), SIN cos x, COS -sin x, GELU Phi(x) + x phi(x)
+     *                         (the normal cdf and density), SILU s (1 + x (1 - s)) with
+     *                         s = sigmoid(x), ERF 2/sqrt(pi) exp(-x^2), CLAMP gx = gy where
+     *                         params[0] <= x <= params[1], else 0 (NaN x: 0; the bounds come
+     *                         rounded to the dtype);
+     *    y (the op's output): EXP y, SQRT 1/(2y) (as gy / (2y)), RSQRT -y^3/2, TANH 1 - y^2,
+     *                         SIGMOID y (1 - y), RECIP -y^2, RELU gx = gy where y > 0, else 0.
+     *  Any other op (NEG, the ops with no gradient, ops added later): EM_ERR_UNSUPPORTED.
+     *  Computed in the dtype's arithmetic type or wider, rounded once on store (f16 / bf16
+     *  through f32). */
+    em_status (*unary_backward)(void *ctx, em_unary_op op, const em_view *gx, const em_view *x,
+                                const em_view *y, const em_view *gy, const double *params);
+    /** One Adam / AdamW step on one parameter, in place: param, exp_avg (m) and exp_avg_sq
+     *  (v) are contiguous views of one shape, grad any strided view of it. Per element, in
+     *  this order, each operation rounded to the arithmetic type (f64: double; f32, f16,
+     *  bf16: float, the stored values rounded to the dtype at the end), every scalar of `a`
+     *  first rounded to that type:
+     *      g = grad * grad_scale;  d = weight_decay != 0 ? g + param * weight_decay : g;
+     *      m = m * beta1 + d * c1;  v = v * beta2 + (d * d) * c2;
+     *      den = sqrt(v) * denom_scale + denom_eps;  q = (m / den) * step_scale;
+     *      param = param * decay - q
+     *  (the arithmetic of the composed step, operation for operation: f32 and f64 results
+     *  are the same bits). */
+    em_status (*adam_step)(void *ctx, const em_view *param, const em_view *exp_avg,
+                           const em_view *exp_avg_sq, const em_view *grad,
+                           const em_adam_args *a);
 } em_backend_ops;
 
 /** Registers an out-of-tree backend (or replaces nothing: an id already taken is
@@ -245,7 +295,8 @@ em_status em_backend_register(const em_backend_ops *ops);
 
 /** The table the core routes a backend's calls through, or NULL when the backend is not
  *  registered. For a backend with EM_CAP_HOST_MEMORY, every kernel slot it left NULL is
- *  filled with the ref backend's kernel (they share the host-view conventions). */
+ *  filled with the ref backend's kernel (they share the host-view conventions), except the
+ *  fused slots (ABI 3), which stay NULL: the core composes them from the backend's own. */
 const em_backend_ops *em_backend_get(em_backend b);
 /** The backend's own table as registered (NULL slots included), or NULL. */
 const em_backend_ops *em_backend_get_native(em_backend b);

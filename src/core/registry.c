@@ -28,7 +28,9 @@ static _Atomic(const em_backend_ops *) emi_native[EM_BACKEND_MAX];
 static em_backend_ops emi_merged[EM_BACKEND_MAX];
 _Atomic(void *) emi_ctxs[EM_BACKEND_MAX][EMI_MAX_DEVICES];
 
-/* Every kernel slot of em_backend_ops (not the device and memory ones). */
+/* Every kernel slot of em_backend_ops (not the device and memory ones, nor the fused slots of
+ * ABI 3, unary_backward and adam_step: left NULL they are composed from the backend's own
+ * slots, which beats ref's scalar loop on a backend that made those fast). */
 #define EMI_KERNEL_SLOTS(X)                                                                   \
     X(fill) X(arange) X(random) X(unary) X(binary) X(binary_scalar) X(where) X(reduce)       \
     X(cumsum) X(softmax) X(matmul) X(gather) X(scatter_add) X(index_select) X(sort)          \

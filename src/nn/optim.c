@@ -1,11 +1,15 @@
 /* optim.c — SGD (momentum, weight decay), Adam, AdamW; the step schedule; clipping by norm.
  * Updates are computed with untracked ops on the inner device (the parameter's detached value
  * and its gradient) and written back with em_tensor_assign_ (the parameter takes the new
- * value's buffer when nothing else holds either). */
+ * value's buffer when nothing else holds either). Adam and AdamW run the backend's fused
+ * adam_step kernel instead where it has one (one pass over the parameter, its gradient and
+ * both moments, in place; src/ops/fused.h), with the scalars of the composed update, so that
+ * both give the same f32 / f64 results. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "nn/nn_internal.h"
+#include "ops/fused.h"
 
 typedef enum nn_opt_kind { NN_SGD, NN_ADAM, NN_ADAMW } nn_opt_kind;
 
@@ -223,6 +227,47 @@ static em_status nn_update(em_optimizer *o, size_t i, const em_tensor *p, em_ten
     return s;
 }
 
+/* The composed update's scalars for step t (nn_update below: the same fold). */
+static em_adam_args nn_adam_args(const em_optimizer *o, int64_t t, double grad_scale) {
+    em_adam_args a;
+    double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
+    double step_size = o->lr / bc1;
+    const bool fold = step_size >= 1e-12 && step_size <= 1e12;
+    a.grad_scale = grad_scale;
+    a.weight_decay = o->kind == NN_ADAMW ? 0.0 : o->wd;
+    a.beta1 = o->beta1;
+    a.c1 = 1.0 - o->beta1;
+    a.beta2 = o->beta2;
+    a.c2 = 1.0 - o->beta2;
+    a.denom_scale = fold ? 1.0 / (sqrt(bc2) * step_size) : 1.0 / sqrt(bc2);
+    a.denom_eps = fold ? o->eps / step_size : o->eps;
+    a.step_scale = fold ? 1.0 : step_size;
+    a.decay = o->kind == NN_ADAMW && o->wd != 0 ? 1.0 - o->lr * o->wd : 1.0;
+    return a;
+}
+
+/* Adam / AdamW's step of parameter i with the fused kernel: EM_OK (done), EM_ERR_UNSUPPORTED
+ * (no kernel for this case: nothing changed, the caller composes), or a failure. */
+static em_status nn_adam_fused(em_optimizer *o, size_t i, em_tensor *param, em_tensor *gr,
+                               double grad_scale) {
+    if (!emi_has_adam_step(gr)) return EM_ERR_UNSUPPORTED;
+    em_tensor *p = NULL;
+    em_status s = em_tensor_detach(param, &p);
+    const int64_t *shape = em_tensor_shape(gr);
+    int rank = em_tensor_rank(gr);
+    if (s == EM_OK && !o->s1[i])
+        s = em_zeros(shape, rank, em_tensor_dtype(gr), em_tensor_device(gr), &o->s1[i]);
+    if (s == EM_OK && !o->s2[i])
+        s = em_zeros(shape, rank, em_tensor_dtype(gr), em_tensor_device(gr), &o->s2[i]);
+    if (s == EM_OK) {
+        em_adam_args a = nn_adam_args(o, o->steps[i] + 1, grad_scale);
+        s = emi_adam_step(p, o->s1[i], o->s2[i], gr, &a);
+        if (s == EM_OK) o->steps[i]++;
+    }
+    em_tensor_release(p);
+    return s;
+}
+
 em_status em_optimizer_step(em_optimizer *opt, const em_grads *g, double grad_scale) {
     static const char fn[] = "em_optimizer_step";
     if (!opt) return nn_null(fn, "opt");
@@ -237,6 +282,15 @@ em_status em_optimizer_step(em_optimizer *opt, const em_grads *g, double grad_sc
         em_status s = em_grads_get(g, param, &gr);
         if (s != EM_OK) return s;
         if (!gr) continue;
+        if (opt->kind != NN_SGD) {
+            s = nn_adam_fused(opt, i, param, gr, grad_scale);
+            if (s != EM_ERR_UNSUPPORTED) {
+                em_tensor_release(gr);
+                if (s != EM_OK) return s;
+                continue;
+            }
+            s = EM_OK; /* no kernel for this case: composed below */
+        }
         if (grad_scale != 1.0) {
             em_tensor *sc = NULL;
             s = em_mul_scalar_(gr, grad_scale, &sc);

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "autodiff/rules/rules.h"
+#include "ops/fused.h"
 
 /* Recomputes a unary op from its input. */
 static em_status unary_forward(const void *params, em_tensor *const *in, int nin,
@@ -46,6 +47,26 @@ static em_status unary_forward(const void *params, em_tensor *const *in, int nin
     return emi_fail(EM_ERR_STATE, "unary_forward: op %d has no recompute", (int)p->op);
 }
 
+/* gin[0] from the backend's fused unary_backward kernel (one pass, fused.h) when it has one:
+ * EM_OK or a failure; EM_ERR_UNSUPPORTED (no slot, or the kernel declined): the rule then
+ * composes the gradient from public ops, as it did before the slot existed. */
+static em_status fused_bw(emi_ad_bw *bw, em_unary_op op, const em_tensor *x,
+                          const em_tensor *y) {
+    if (!emi_has_unary_backward(bw->grad)) return EM_ERR_UNSUPPORTED;
+    const emi_rule_unary_params *p = bw->params;
+    return emi_unary_backward(op, x, y, bw->grad, p->p, &bw->gin[0]);
+}
+
+/* After the value v was fetched into s: the fused kernel, returning unless it declined. */
+#define FUSED(op, x, y)                                                                      \
+    do {                                                                                     \
+        if (s == EM_OK) {                                                                    \
+            s = fused_bw(bw, op, x, y);                                                      \
+            if (s != EM_ERR_UNSUPPORTED) return s;                                           \
+            s = EM_OK;                                                                       \
+        }                                                                                    \
+    } while (0)
+
 /* gin[0] = grad * f (f consumed; NULL f on entry means the step that made it failed). */
 static em_status put_mul(emi_ad_bw *bw, em_status s, em_tensor *f) {
     if (s == EM_OK) s = em_mul(bw->grad, f, &bw->gin[0]);
@@ -63,6 +84,7 @@ static em_status abs_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *x, *f = NULL;
     em_status s = emi_bw_input(bw, 0, &x);
+    FUSED(EM_UN_ABS, x, NULL);
     if (s == EM_OK) s = em_sign(x, &f);
     return put_mul(bw, s, f);
 }
@@ -72,6 +94,7 @@ static em_status exp_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *y;
     em_status s = emi_bw_output(bw, &y);
+    FUSED(EM_UN_EXP, NULL, y);
     if (s == EM_OK) s = em_mul(bw->grad, y, &bw->gin[0]);
     return s;
 }
@@ -81,6 +104,7 @@ static em_status log_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *x;
     em_status s = emi_bw_input(bw, 0, &x);
+    FUSED(EM_UN_LOG, x, NULL);
     if (s == EM_OK) s = em_div(bw->grad, x, &bw->gin[0]);
     return s;
 }
@@ -90,6 +114,7 @@ static em_status log1p_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *x, *t = NULL;
     em_status s = emi_bw_input(bw, 0, &x);
+    FUSED(EM_UN_LOG1P, x, NULL);
     if (s == EM_OK) s = em_add_scalar(x, 1.0, &t);
     if (s == EM_OK) s = em_div(bw->grad, t, &bw->gin[0]);
     em_tensor_release(t);
@@ -101,6 +126,7 @@ static em_status sqrt_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *y, *t = NULL;
     em_status s = emi_bw_output(bw, &y);
+    FUSED(EM_UN_SQRT, NULL, y);
     if (s == EM_OK) s = em_mul_scalar(y, 2.0, &t);
     if (s == EM_OK) s = em_div(bw->grad, t, &bw->gin[0]);
     em_tensor_release(t);
@@ -112,6 +138,7 @@ static em_status rsqrt_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *y, *y2 = NULL, *y3 = NULL, *f = NULL;
     em_status s = emi_bw_output(bw, &y);
+    FUSED(EM_UN_RSQRT, NULL, y);
     if (s == EM_OK) s = em_mul(y, y, &y2);
     if (s == EM_OK) s = em_mul(y2, y, &y3);
     if (s == EM_OK) s = em_mul_scalar(y3, -0.5, &f);
@@ -125,6 +152,7 @@ static em_status sin_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *x, *f = NULL;
     em_status s = emi_bw_input(bw, 0, &x);
+    FUSED(EM_UN_SIN, x, NULL);
     if (s == EM_OK) s = em_cos(x, &f);
     return put_mul(bw, s, f);
 }
@@ -134,6 +162,7 @@ static em_status cos_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *x, *t = NULL, *f = NULL;
     em_status s = emi_bw_input(bw, 0, &x);
+    FUSED(EM_UN_COS, x, NULL);
     if (s == EM_OK) s = em_sin(x, &t);
     if (s == EM_OK) s = em_neg(t, &f);
     em_tensor_release(t);
@@ -145,6 +174,7 @@ static em_status tanh_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *y, *y2 = NULL, *t = NULL, *f = NULL;
     em_status s = emi_bw_output(bw, &y);
+    FUSED(EM_UN_TANH, NULL, y);
     if (s == EM_OK) s = em_mul(y, y, &y2);
     if (s == EM_OK) s = em_neg(y2, &t);
     if (s == EM_OK) s = em_add_scalar(t, 1.0, &f);
@@ -158,6 +188,7 @@ static em_status sigmoid_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *y, *t = NULL, *u = NULL, *f = NULL;
     em_status s = emi_bw_output(bw, &y);
+    FUSED(EM_UN_SIGMOID, NULL, y);
     if (s == EM_OK) s = em_neg(y, &t);
     if (s == EM_OK) s = em_add_scalar(t, 1.0, &u);
     if (s == EM_OK) s = em_mul(y, u, &f);
@@ -173,6 +204,7 @@ static em_status relu_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *x, *pos = NULL, *zero = NULL;
     em_status s = emi_bw_output(bw, &x);
+    FUSED(EM_UN_RELU, NULL, x);
     if (s == EM_OK) s = em_gt_scalar(x, 0.0, &pos);
     if (s == EM_OK) /* a 0-d zero, broadcast by where */
         s = em_full(NULL, 0, 0.0, em_tensor_dtype(bw->grad), em_tensor_device(bw->grad), &zero);
@@ -202,6 +234,7 @@ static em_status gelu_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *x, *t = NULL, *cdf = NULL, *pdf = NULL, *u = NULL;
     em_status s = emi_bw_input(bw, 0, &x);
+    FUSED(EM_UN_GELU, x, NULL);
     if (s == EM_OK) s = em_mul_scalar(x, 0.70710678118654752440, &t);
     if (s == EM_OK) s = em_erf(t, &u);
     em_tensor_release(t);
@@ -250,6 +283,7 @@ static em_status silu_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *x, *sg = NULL, *t = NULL, *u = NULL, *v = NULL, *w = NULL, *f = NULL;
     em_status s = emi_bw_input(bw, 0, &x);
+    FUSED(EM_UN_SILU, x, NULL);
     if (s == EM_OK) s = em_sigmoid(x, &sg);
     if (s == EM_OK) s = em_neg(sg, &t);
     if (s == EM_OK) s = em_add_scalar(t, 1.0, &u);  /* 1 - sg */
@@ -269,6 +303,7 @@ static em_status erf_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *x, *f = NULL;
     em_status s = emi_bw_input(bw, 0, &x);
+    FUSED(EM_UN_ERF, x, NULL);
     if (s == EM_OK) s = gauss(x, false, 1.12837916709551257390, &f);
     return put_mul(bw, s, f);
 }
@@ -278,6 +313,7 @@ static em_status recip_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
     em_tensor *y, *y2 = NULL, *f = NULL;
     em_status s = emi_bw_output(bw, &y);
+    FUSED(EM_UN_RECIP, NULL, y);
     if (s == EM_OK) s = em_mul(y, y, &y2);
     if (s == EM_OK) s = em_neg(y2, &f);
     em_tensor_release(y2);
@@ -290,6 +326,7 @@ static em_status clamp_backward(emi_ad_bw *bw) {
     const emi_rule_unary_params *p = bw->params;
     em_tensor *x, *lo = NULL, *hi = NULL, *mlo = NULL, *mhi = NULL, *m = NULL, *zero = NULL;
     em_status s = emi_bw_input(bw, 0, &x);
+    FUSED(EM_UN_CLAMP, x, NULL);
     if (s == EM_OK) s = em_full(NULL, 0, p->p[0], x->dtype, em_tensor_device(x), &lo);
     if (s == EM_OK) s = em_full(NULL, 0, p->p[1], x->dtype, em_tensor_device(x), &hi);
     if (s == EM_OK) s = em_ge(x, lo, &mlo);

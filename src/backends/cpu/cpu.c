@@ -526,4 +526,7 @@ const em_backend_ops em_cpu_backend_ops = {
     .sort = cpu_sort,
     .adaptive_avg_pool2d = cpu_adaptive_avg_pool2d,
     .adaptive_avg_pool2d_backward = cpu_adaptive_avg_pool2d_backward,
+    /* fused.c (ABI 3) */
+    .unary_backward = cpu_unary_backward,
+    .adam_step = cpu_adam_step,
 };

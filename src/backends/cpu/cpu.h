@@ -121,6 +121,11 @@ em_status cpu_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *g
                                   const em_pool_args *a);
 em_status cpu_layer_norm(void *ctx, const em_view *out, const em_view *x, const em_view *weight,
                          const em_view *bias, int64_t norm_numel, double eps);
+/* fused.c (the chosen level's, through isa.c) */
+em_status cpu_unary_backward(void *ctx, em_unary_op op, const em_view *gx, const em_view *x,
+                             const em_view *y, const em_view *gy, const double *params);
+em_status cpu_adam_step(void *ctx, const em_view *param, const em_view *exp_avg,
+                        const em_view *exp_avg_sq, const em_view *grad, const em_adam_args *a);
 /* fallback.c: the slots left to ref (counted, see fallback.h) */
 em_status cpu_arange(void *ctx, const em_view *out, double start, double step);
 em_status cpu_random(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
@@ -203,6 +208,13 @@ void CPU_K(cpu_gemm_kernel)(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n,
 #define CPU_GEMM_MR 4
 #endif
 #define CPU_GEMM_NV 2
+/* fused.c */
+em_status CPU_K(cpu_unary_backward)(void *ctx, em_unary_op op, const em_view *gx,
+                                    const em_view *x, const em_view *y, const em_view *gy,
+                                    const double *params);
+em_status CPU_K(cpu_adam_step)(void *ctx, const em_view *param, const em_view *exp_avg,
+                               const em_view *exp_avg_sq, const em_view *grad,
+                               const em_adam_args *a);
 /* kernels.c: this copy's table */
 extern const cpu_kernels CPU_K(cpu_kernels);
 /* compare.c: comparisons of any layout and dtype (a scalar is a stride-0 view; false: not

@@ -250,3 +250,11 @@ em_status cpu_adaptive_avg_pool2d(void *ctx, const em_view *out, const em_view *
 em_status cpu_adaptive_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy) {
     return K()->adaptive_avg_pool2d_backward(ctx, gx, gy);
 }
+em_status cpu_unary_backward(void *ctx, em_unary_op op, const em_view *gx, const em_view *x,
+                             const em_view *y, const em_view *gy, const double *params) {
+    return K()->unary_backward(ctx, op, gx, x, y, gy, params);
+}
+em_status cpu_adam_step(void *ctx, const em_view *param, const em_view *exp_avg,
+                        const em_view *exp_avg_sq, const em_view *grad, const em_adam_args *a) {
+    return K()->adam_step(ctx, param, exp_avg, exp_avg_sq, grad, a);
+}

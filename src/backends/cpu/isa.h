@@ -94,6 +94,12 @@ typedef struct cpu_kernels {
                  int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
     int gemm_mr, gemm_nr;
     em_status (*cumsum)(void *ctx, const em_view *out, const em_view *in, int dim);
+    /* fused.c */
+    em_status (*unary_backward)(void *ctx, em_unary_op op, const em_view *gx, const em_view *x,
+                                const em_view *y, const em_view *gy, const double *params);
+    em_status (*adam_step)(void *ctx, const em_view *param, const em_view *exp_avg,
+                           const em_view *exp_avg_sq, const em_view *grad,
+                           const em_adam_args *a);
 } cpu_kernels;
 
 /** Which GEMM cpu_gemm runs (matmul.c), chosen once from EMBER_CPU_GEMM (auto, openblas,

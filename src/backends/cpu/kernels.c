@@ -41,4 +41,6 @@ const cpu_kernels CPU_K(cpu_kernels) = {
     .gemm_mr = CPU_GEMM_MR,
     .gemm_nr = CPU_GEMM_NV * CPU_GEMM_VB / 4,
     .cumsum = CPU_K(cpu_cumsum),
+    .unary_backward = CPU_K(cpu_unary_backward),
+    .adam_step = CPU_K(cpu_adam_step),
 };

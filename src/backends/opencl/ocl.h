@@ -122,6 +122,11 @@ em_status ocl_binary_scalar(void *ctx, em_binary_op op, const em_view *out, cons
                             double s);
 em_status ocl_where(void *ctx, const em_view *out, const em_view *cond, const em_view *a,
                     const em_view *b);
+/* fused.c (ABI 3) */
+em_status ocl_unary_backward(void *ctx, em_unary_op op, const em_view *gx, const em_view *x,
+                             const em_view *y, const em_view *gy, const double *params);
+em_status ocl_adam_step(void *ctx, const em_view *param, const em_view *exp_avg,
+                        const em_view *exp_avg_sq, const em_view *grad, const em_adam_args *a);
 em_status ocl_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_view *in, int dim,
                      const double *params);
 em_status ocl_cumsum(void *ctx, const em_view *out, const em_view *in, int dim);

@@ -294,4 +294,6 @@ const em_backend_ops em_opencl_backend_ops = {
     .avg_pool2d_backward = ocl_avg_pool2d_backward,
     .adaptive_avg_pool2d_backward = ocl_adaptive_avg_pool2d_backward,
     .layer_norm = ocl_layer_norm,
+    .unary_backward = ocl_unary_backward,
+    .adam_step = ocl_adam_step,
 };

@@ -147,4 +147,6 @@ const em_backend_ops em_ref_backend_ops = {
     .conv2d_weight_grad = ref_conv2d_weight_grad,
     .avg_pool2d_backward = ref_avg_pool2d_backward,
     .adaptive_avg_pool2d_backward = ref_adaptive_avg_pool2d_backward,
+    .unary_backward = ref_unary_backward,
+    .adam_step = ref_adam_step,
 };

@@ -170,6 +170,11 @@ em_status ref_arange(void *ctx, const em_view *out, double start, double step);
 em_status ref_random(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
                      const double *params);
 /* elementwise.c */
+/* fused.c (ABI 3) */
+em_status ref_unary_backward(void *ctx, em_unary_op op, const em_view *gx, const em_view *x,
+                             const em_view *y, const em_view *gy, const double *params);
+em_status ref_adam_step(void *ctx, const em_view *param, const em_view *exp_avg,
+                        const em_view *exp_avg_sq, const em_view *grad, const em_adam_args *a);
 em_status ref_unary(void *ctx, em_unary_op op, const em_view *out, const em_view *in,
                     const double *params);
 em_status ref_binary(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
