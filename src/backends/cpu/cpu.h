@@ -121,6 +121,22 @@ em_status cpu_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *g
                                   const em_pool_args *a);
 em_status cpu_layer_norm(void *ctx, const em_view *out, const em_view *x, const em_view *weight,
                          const em_view *bias, int64_t norm_numel, double eps);
+/* norm.c (the chosen level's, through isa.c) */
+em_status cpu_batch_norm(void *ctx, const em_view *out, const em_view *save_mean,
+                         const em_view *save_invstd, const em_view *x, const em_view *weight,
+                         const em_view *bias, const em_view *running_mean,
+                         const em_view *running_var, bool training, double momentum,
+                         double eps);
+em_status cpu_batch_norm_backward(void *ctx, const em_view *gx, const em_view *gweight,
+                                  const em_view *gbias, const em_view *gy, const em_view *x,
+                                  const em_view *mean, const em_view *invstd,
+                                  const em_view *weight, bool training);
+em_status cpu_group_norm(void *ctx, const em_view *out, const em_view *save_mean,
+                         const em_view *save_invstd, const em_view *x, const em_view *weight,
+                         const em_view *bias, int64_t groups, double eps);
+em_status cpu_rms_norm(void *ctx, const em_view *out, const em_view *save_invrms,
+                       const em_view *x, const em_view *weight, int64_t norm_numel,
+                       double eps);
 /* fallback.c: the slots left to ref (counted, see fallback.h) */
 em_status cpu_arange(void *ctx, const em_view *out, double start, double step);
 em_status cpu_random(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
@@ -185,6 +201,23 @@ em_status CPU_K(cpu_layer_norm)(void *ctx, const em_view *out, const em_view *x,
                                 const em_view *weight, const em_view *bias, int64_t norm_numel,
                                 double eps);
 em_status CPU_K(cpu_adaptive_avg_pool2d)(void *ctx, const em_view *out, const em_view *x);
+em_status CPU_K(cpu_batch_norm)(void *ctx, const em_view *out, const em_view *save_mean,
+                                const em_view *save_invstd, const em_view *x,
+                                const em_view *weight, const em_view *bias,
+                                const em_view *running_mean, const em_view *running_var,
+                                bool training, double momentum, double eps);
+em_status CPU_K(cpu_batch_norm_backward)(void *ctx, const em_view *gx, const em_view *gweight,
+                                         const em_view *gbias, const em_view *gy,
+                                         const em_view *x, const em_view *mean,
+                                         const em_view *invstd, const em_view *weight,
+                                         bool training);
+em_status CPU_K(cpu_group_norm)(void *ctx, const em_view *out, const em_view *save_mean,
+                                const em_view *save_invstd, const em_view *x,
+                                const em_view *weight, const em_view *bias, int64_t groups,
+                                double eps);
+em_status CPU_K(cpu_rms_norm)(void *ctx, const em_view *out, const em_view *save_invrms,
+                              const em_view *x, const em_view *weight, int64_t norm_numel,
+                              double eps);
 em_status CPU_K(cpu_adaptive_avg_pool2d_backward)(void *ctx, const em_view *gx,
                                                   const em_view *gy);
 /* gemm.c: ember's GEMM (see isa.h's cpu_kernels.gemm); its tile at this level is CPU_GEMM_MR

@@ -41,4 +41,8 @@ const cpu_kernels CPU_K(cpu_kernels) = {
     .gemm_mr = CPU_GEMM_MR,
     .gemm_nr = CPU_GEMM_NV * CPU_GEMM_VB / 4,
     .cumsum = CPU_K(cpu_cumsum),
+    .batch_norm = CPU_K(cpu_batch_norm),
+    .batch_norm_backward = CPU_K(cpu_batch_norm_backward),
+    .group_norm = CPU_K(cpu_group_norm),
+    .rms_norm = CPU_K(cpu_rms_norm),
 };

@@ -147,4 +147,8 @@ const em_backend_ops em_ref_backend_ops = {
     .conv2d_weight_grad = ref_conv2d_weight_grad,
     .avg_pool2d_backward = ref_avg_pool2d_backward,
     .adaptive_avg_pool2d_backward = ref_adaptive_avg_pool2d_backward,
+    .batch_norm = ref_batch_norm,
+    .batch_norm_backward = ref_batch_norm_backward,
+    .group_norm = ref_group_norm,
+    .rms_norm = ref_rms_norm,
 };
