@@ -294,4 +294,8 @@ const em_backend_ops em_opencl_backend_ops = {
     .avg_pool2d_backward = ocl_avg_pool2d_backward,
     .adaptive_avg_pool2d_backward = ocl_adaptive_avg_pool2d_backward,
     .layer_norm = ocl_layer_norm,
+    .batch_norm = ocl_batch_norm,
+    .batch_norm_backward = ocl_batch_norm_backward,
+    .group_norm = ocl_group_norm,
+    .rms_norm = ocl_rms_norm,
 };
