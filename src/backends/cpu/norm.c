@@ -4,8 +4,8 @@
  * operands (stage.h), as layer_norm does. Integer dtypes (which the core never passes) go to
  * ref.
  *
- * Statistics take one pass over the data: per block of NM_BLOCK elements, vector lanes of the
- * element type sum d = x - shift and d*d (shift: the first element of the channel or group,
+ * Statistics take one pass over the data: per block of NM_BLOCK elements, vector lanes (GCC
+ * vectors, the same source at every level) of the element type sum d = x - shift and d*d (shift: the first element of the channel or group,
  * which takes the mean's magnitude out of the squares: no catastrophic cancellation when
  * |mean| >> std), and each block's lane sums are added in double. mean = shift + S1/M and
  * var = (S2 - S1^2/M)/M, both in double. A second pass normalizes: y = (x - mean) * scale + b
@@ -18,36 +18,51 @@
 #include "cpu.h"
 #include "stage.h"
 
-#define NM_LANES 16
 #define NM_BLOCK 512       /* elements summed in the element type before a double add */
 #define NM_GRAIN (1 << 15) /* elements per task, about */
 
 static inline int64_t nm_imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* The loops for one element type T. */
-#define NM_LOOPS(T, S)                                                                            \
+/* 32-byte GCC vectors (two registers of SSE at the portable level, one of AVX above); the
+ * reductions below keep NM_ACC of them as independent accumulators. */
+typedef float nm_vf32 __attribute__((vector_size(32)));
+typedef double nm_vf64 __attribute__((vector_size(32)));
+#define NM_ACC 2
+/* An unaligned load of a vector of type V at p, and the sum of a vector's W lanes in double
+ * (macros: a function taking or returning them would change the ABI at the portable level). */
+#define NM_VLD(V, p)                                                                              \
+    ({                                                                                            \
+        V v_;                                                                                     \
+        __builtin_memcpy(&v_, (p), sizeof v_);                                                    \
+        v_;                                                                                       \
+    })
+#define NM_HSUM(W, v)                                                                             \
+    ({                                                                                            \
+        double t_ = 0;                                                                            \
+        for (int k_ = 0; k_ < (W); k_++) t_ += (double)(v)[k_];                                   \
+        t_;                                                                                       \
+    })
+
+/* The loops for one element type T (vector type V of W lanes). */
+#define NM_LOOPS(T, S, V, W)                                                                      \
     /* s1 += sum(p[i] - sh), s2 += sum((p[i] - sh)^2) over n elements, blocked */                 \
     static void nm_sums_##S(const T *restrict p, int64_t n, T sh, double *s1, double *s2) {       \
+        const V vs = (V){0} + sh;                                                                 \
         for (int64_t b0 = 0; b0 < n; b0 += NM_BLOCK) {                                            \
             const int64_t m = n - b0 < NM_BLOCK ? n - b0 : NM_BLOCK;                              \
             const T *restrict q = p + b0;                                                         \
-            T a[NM_LANES] = {0}, c[NM_LANES] = {0};                                               \
+            V a0 = {0}, a1 = {0}, c0 = {0}, c1 = {0};                                             \
             int64_t i = 0;                                                                        \
-            for (; i + NM_LANES <= m; i += NM_LANES)                                              \
-                for (int k = 0; k < NM_LANES; k++) {                                              \
-                    const T d = q[i + k] - sh;                                                    \
-                    a[k] += d;                                                                    \
-                    c[k] += d * d;                                                                \
-                }                                                                                 \
-            double ta = 0, tc = 0;                                                                \
+            for (; i + NM_ACC * W <= m; i += NM_ACC * W) {                                        \
+                const V d0 = NM_VLD(V, q + i) - vs, d1 = NM_VLD(V, q + i + W) - vs;               \
+                a0 += d0, a1 += d1;                                                               \
+                c0 += d0 * d0, c1 += d1 * d1;                                                     \
+            }                                                                                     \
+            double ta = NM_HSUM(W, a0 + a1), tc = NM_HSUM(W, c0 + c1);                          \
             for (; i < m; i++) {                                                                  \
                 const T d = q[i] - sh;                                                            \
                 ta += (double)d;                                                                  \
                 tc += (double)d * (double)d;                                                      \
-            }                                                                                     \
-            for (int k = 0; k < NM_LANES; k++) {                                                  \
-                ta += (double)a[k];                                                               \
-                tc += (double)c[k];                                                               \
             }                                                                                     \
             *s1 += ta;                                                                            \
             *s2 += tc;                                                                            \
@@ -58,37 +73,35 @@ static inline int64_t nm_imax(int64_t a, int64_t b) { return a > b ? a : b; }
         for (int64_t b0 = 0; b0 < n; b0 += NM_BLOCK) {                                            \
             const int64_t m = n - b0 < NM_BLOCK ? n - b0 : NM_BLOCK;                              \
             const T *restrict q = p + b0;                                                         \
-            T c[NM_LANES] = {0};                                                                  \
+            V c0 = {0}, c1 = {0};                                                                 \
             int64_t i = 0;                                                                        \
-            for (; i + NM_LANES <= m; i += NM_LANES)                                              \
-                for (int k = 0; k < NM_LANES; k++) c[k] += q[i + k] * q[i + k];                   \
-            double tc = 0;                                                                        \
+            for (; i + NM_ACC * W <= m; i += NM_ACC * W) {                                        \
+                const V v0 = NM_VLD(V, q + i), v1 = NM_VLD(V, q + i + W);                         \
+                c0 += v0 * v0, c1 += v1 * v1;                                                     \
+            }                                                                                     \
+            double tc = NM_HSUM(W, c0 + c1);                                                     \
             for (; i < m; i++) tc += (double)q[i] * (double)q[i];                                 \
-            for (int k = 0; k < NM_LANES; k++) tc += (double)c[k];                                \
             *s2 += tc;                                                                            \
         }                                                                                         \
     }                                                                                             \
     /* sg += sum(g[i]), sgx += sum(g[i] * (x[i] - mu)), blocked */                                \
     static void nm_gsums_##S(const T *restrict g, const T *restrict x, int64_t n, T mu,           \
                              double *sg, double *sgx) {                                           \
+        const V vm = (V){0} + mu;                                                                 \
         for (int64_t b0 = 0; b0 < n; b0 += NM_BLOCK) {                                            \
             const int64_t m = n - b0 < NM_BLOCK ? n - b0 : NM_BLOCK;                              \
             const T *restrict gq = g + b0, *restrict xq = x + b0;                                 \
-            T a[NM_LANES] = {0}, c[NM_LANES] = {0};                                               \
+            V a0 = {0}, a1 = {0}, c0 = {0}, c1 = {0};                                             \
             int64_t i = 0;                                                                        \
-            for (; i + NM_LANES <= m; i += NM_LANES)                                              \
-                for (int k = 0; k < NM_LANES; k++) {                                              \
-                    a[k] += gq[i + k];                                                            \
-                    c[k] += gq[i + k] * (xq[i + k] - mu);                                         \
-                }                                                                                 \
-            double ta = 0, tc = 0;                                                                \
+            for (; i + NM_ACC * W <= m; i += NM_ACC * W) {                                        \
+                const V g0 = NM_VLD(V, gq + i), g1 = NM_VLD(V, gq + i + W);                       \
+                a0 += g0, a1 += g1;                                                               \
+                c0 += g0 * (NM_VLD(V, xq + i) - vm), c1 += g1 * (NM_VLD(V, xq + i + W) - vm);     \
+            }                                                                                     \
+            double ta = NM_HSUM(W, a0 + a1), tc = NM_HSUM(W, c0 + c1);                          \
             for (; i < m; i++) {                                                                  \
                 ta += (double)gq[i];                                                              \
                 tc += (double)gq[i] * (double)(xq[i] - mu);                                       \
-            }                                                                                     \
-            for (int k = 0; k < NM_LANES; k++) {                                                  \
-                ta += (double)a[k];                                                               \
-                tc += (double)c[k];                                                               \
             }                                                                                     \
             *sg += ta;                                                                            \
             *sgx += tc;                                                                           \
@@ -112,8 +125,8 @@ static inline int64_t nm_imax(int64_t a, int64_t b) { return a > b ? a : b; }
             for (int64_t i = 0; i < n; i++) o[i] = x[i] * r;                                      \
     }
 
-NM_LOOPS(float, f32)
-NM_LOOPS(double, f64)
+NM_LOOPS(float, f32, nm_vf32, 8)
+NM_LOOPS(double, f64, nm_vf64, 4)
 
 /* Element i of an optional contiguous [n] array of dtype dt (f32 or f64), dflt when NULL. */
 static inline double nm_ld(em_dtype dt, const void *p, int64_t i, double dflt) {
