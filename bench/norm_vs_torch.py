@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ember's cpu batch_norm against PyTorch, same machine, threads and inputs, in one process.
 
-Usage: /usr/bin/python3 bench/norm_vs_torch.py BUILD_DIR [--threads N] [--rounds R]
+Usage: /usr/bin/python3 bench/norm_vs_torch.py BUILD_DIR [--threads N] [--rounds R] [--cpu-time]
 
 BUILD_DIR holds libember.so (built with the cpu backend). ember is driven through ctypes, so
 both libraries run in this one process, interleaved round by round; each figure is a median.
@@ -10,13 +10,15 @@ Cases, x [16, C, 32, 32] f32 with C = 16, 32, 64, weight, bias and running stati
   - a training step: forward, loss = sum(y * g), backward to x, weight and bias (cpu+autodiff
     against torch's autograd); "backward" is the step's time less the training forward's, on
     each side (the loss's mul and sum are in both).
-Before timing, ember's output and running statistics are checked against torch's. Ratios above
+--cpu-time measures the process's CPU time instead of wall time (steadier on a loaded machine;
+with several threads it counts every thread's time, spinning included). Before timing, ember's output and running statistics are checked against torch's. Ratios above
 1 mean ember is faster.
 """
 import argparse
 import ctypes
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -53,15 +55,18 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--cpu-time", action="store_true")
     args = ap.parse_args()
+    if args.cpu_time:
+        ember_ctypes.CLOCK = time.process_time
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
     ember_ctypes.torch_threads(torch, args.threads)
     em = ember_ctypes.Ember(load_ember(args.build))
     lib = em.lib
     ad = em.device("cpu+autodiff")
     torch.manual_seed(0)
-    print("ember cpu batch_norm vs PyTorch %s, %d thread(s); medians of %d rounds"
-          % (torch.__version__, args.threads, args.rounds))
+    print("ember cpu batch_norm vs PyTorch %s, %d thread(s); medians of %d rounds (%s time)"
+          % (torch.__version__, args.threads, args.rounds, "cpu" if args.cpu_time else "wall"))
     for C in (16, 32, 64):
         x = torch.randn(16, C, 32, 32) * 2 + 0.5
         w, b = torch.randn(C), torch.randn(C)
