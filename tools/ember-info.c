@@ -45,6 +45,7 @@ static int list_slots(const em_backend_ops *o, slot *out, int cap) {
         S(conv2d_weight_grad, 0), S(avg_pool2d_backward, 0),
         S(adaptive_avg_pool2d_backward, 0),
         S(unary_backward, 0), S(adam_step, 0),
+        S(batch_norm, 0),    S(batch_norm_backward, 0), S(group_norm, 0), S(rms_norm, 0),
     };
 #undef S
     int n = (int)(sizeof all / sizeof all[0]);

@@ -285,6 +285,42 @@ typedef struct em_backend_ops {
     em_status (*adam_step)(void *ctx, const em_view *param, const em_view *exp_avg,
                            const em_view *exp_avg_sq, const em_view *grad,
                            const em_adam_args *a);
+    /* ---- normalization (ABI 3) ---- */
+    /* Each of these may be NULL: the core then composes the op from the slots above (the
+     * remote backend leaves them NULL). The core passes contiguous views, all of x's dtype,
+     * and never an x without elements (a kernel given one writes nothing). */
+    /** Batch normalization of x viewed as [N, C, S] (rank 3; out likewise). weight, bias
+     *  ([C]) may be NULL. training: per channel, the mean and the biased variance over the
+     *  N*S elements (N*S >= 2) normalize x; running_mean and running_var ([C], both or
+     *  neither) are then updated in place, r = (1 - momentum) r + momentum stat, with the
+     *  unbiased variance. Eval (running stats given): they normalize x. save_mean and
+     *  save_invstd ([C], may be NULL) get the mean and 1/sqrt(var + eps) that were used. */
+    em_status (*batch_norm)(void *ctx, const em_view *out, const em_view *save_mean,
+                            const em_view *save_invstd, const em_view *x,
+                            const em_view *weight, const em_view *bias,
+                            const em_view *running_mean, const em_view *running_var,
+                            bool training, double momentum, double eps);
+    /** The gradients of batch_norm given gy ([N, C, S]), x and the forward's save_mean and
+     *  save_invstd: gx ([N, C, S]), gweight and gbias ([C]), each may be NULL; weight ([C])
+     *  NULL means 1. training: gx flows through the batch statistics too. */
+    em_status (*batch_norm_backward)(void *ctx, const em_view *gx, const em_view *gweight,
+                                     const em_view *gbias, const em_view *gy, const em_view *x,
+                                     const em_view *mean, const em_view *invstd,
+                                     const em_view *weight, bool training);
+    /** Group normalization of x viewed as [N, C, S] in `groups` groups of C/groups channels
+     *  (C % groups == 0): the mean and biased variance of each (n, group) over its
+     *  (C/groups)*S elements, then weight and bias ([C], may be NULL) per channel.
+     *  save_mean and save_invstd ([N, groups], may be NULL) get the statistics used. */
+    em_status (*group_norm)(void *ctx, const em_view *out, const em_view *save_mean,
+                            const em_view *save_invstd, const em_view *x,
+                            const em_view *weight, const em_view *bias, int64_t groups,
+                            double eps);
+    /** RMS normalization of each row of x viewed as [rows, norm_numel] (rank 2):
+     *  out = x / sqrt(mean(x^2) + eps) * weight (weight [norm_numel], may be NULL);
+     *  save_invrms ([rows], may be NULL) gets 1/sqrt(mean(x^2) + eps). */
+    em_status (*rms_norm)(void *ctx, const em_view *out, const em_view *save_invrms,
+                          const em_view *x, const em_view *weight, int64_t norm_numel,
+                          double eps);
 } em_backend_ops;
 
 /** Registers an out-of-tree backend (or replaces nothing: an id already taken is

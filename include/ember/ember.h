@@ -582,6 +582,31 @@ em_status em_embedding(const em_tensor *weight, const em_tensor *idx, em_tensor 
  *  be NULL. */
 em_status em_layer_norm(const em_tensor *x, int normalized_ndim, const em_tensor *weight,
                         const em_tensor *bias, double eps, em_tensor **out);
+/** Batch normalization as torch.nn.functional.batch_norm: x [N, C, ...] (rank >= 2) is
+ *  normalized per channel c, (x - mean_c) / sqrt(var_c + eps) * weight_c + bias_c. training:
+ *  mean and var are the batch's (the mean and biased variance over N and the trailing dims,
+ *  which must hold at least 2 values per channel); running_mean and running_var, when given
+ *  (both or neither), are updated in place, r = (1 - momentum) r + momentum stat, with the
+ *  unbiased variance (they are buffers: not tracked, no gradient). Eval (training false):
+ *  mean and var are running_mean and running_var, which must be given. weight, bias,
+ *  running_mean, running_var: [C] of x's dtype and device, or NULL. eps >= 0, momentum finite.
+ *  Errors: EM_ERR_SHAPE (rank < 2, a [C] tensor of another shape, one value per channel when
+ *  training), EM_ERR_ARG (eps, momentum, one running statistic without the other, eval
+ *  without them), EM_ERR_DTYPE, EM_ERR_DEVICE. Gradients flow to x, weight and bias. */
+em_status em_batch_norm(const em_tensor *x, em_tensor *running_mean, em_tensor *running_var,
+                        const em_tensor *weight, const em_tensor *bias, bool training,
+                        double momentum, double eps, em_tensor **out);
+/** Group normalization as torch.nn.functional.group_norm: x [N, C, ...] (rank >= 2) with its
+ *  C channels in num_groups groups (num_groups >= 1 divides C; EM_ERR_ARG otherwise); each
+ *  (sample, group) normalized by its own mean and biased variance, then weight and bias ([C]
+ *  or NULL) per channel. eps >= 0. */
+em_status em_group_norm(const em_tensor *x, int64_t num_groups, const em_tensor *weight,
+                        const em_tensor *bias, double eps, em_tensor **out);
+/** RMS normalization as torch.nn.RMSNorm over the last `normalized_ndim` dims:
+ *  x / sqrt(mean(x^2) + eps) * weight, weight (shape of those dims) may be NULL. eps >= 0
+ *  (PyTorch's default is the dtype's machine epsilon; pass it explicitly). */
+em_status em_rms_norm(const em_tensor *x, int normalized_ndim, const em_tensor *weight,
+                      double eps, em_tensor **out);
 /** Zeroes each element with probability p and scales the rest by 1/(1-p), from Philox(seed).
  *  p in [0, 1]; with training false, or p == 0, a new reference to x. */
 em_status em_dropout(const em_tensor *x, double p, bool training, uint64_t seed,

@@ -56,5 +56,6 @@ extern const conf_op conf_ops_elementwise[];
 extern const conf_op conf_ops_reduce[];
 extern const conf_op conf_ops_layout[];
 extern const conf_op conf_ops_nn[];
+extern const conf_op conf_ops_norm[];
 
 #endif

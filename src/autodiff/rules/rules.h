@@ -108,6 +108,33 @@ em_status emi_adaptive_avg_pool2d_backward(const em_tensor *gy, const int64_t xs
 em_status emi_scatter_add_zeros(const int64_t *shape, int rank, int dim, const em_tensor *index,
                                 const em_tensor *src, em_tensor **out);
 
+/* ==== normalization: rules in norm.c, entry points in src/ops/norm.c ==== */
+/* batch_norm with inputs (x, weight?, bias?, save_mean, save_invstd): the saved statistics
+ * are untracked [C] tensors the forward made (the running ones are buffers, not inputs). */
+typedef struct emi_rule_batch_norm_params {
+    bool training;
+} emi_rule_batch_norm_params;
+extern const emi_ad_rule emi_rule_batch_norm;
+/* group_norm with inputs (x, weight?, bias?, save_mean [N, G], save_invstd [N, G]). */
+typedef struct emi_rule_group_norm_params {
+    int64_t groups;
+    double eps;
+} emi_rule_group_norm_params;
+extern const emi_ad_rule emi_rule_group_norm;
+/* rms_norm with inputs (x, weight?, save_invrms [rows]). */
+typedef struct emi_rule_rms_norm_params {
+    int normalized_ndim;
+    double eps;
+} emi_rule_rms_norm_params;
+extern const emi_ad_rule emi_rule_rms_norm;
+/** The gradients of batch_norm, untracked inputs: gy and x [N, C, ...] (one shape), mean and
+ *  invstd [C] (what the forward saved), weight [C] or NULL (1); each of gx (x's shape), gw
+ *  and gb ([C]) is written when not NULL. Routed to the batch_norm_backward slot, composed
+ *  from public ops when the backend leaves it NULL. */
+em_status emi_batch_norm_backward(const em_tensor *gy, const em_tensor *x, const em_tensor *mean,
+                                  const em_tensor *invstd, const em_tensor *weight, bool training,
+                                  em_tensor **gx, em_tensor **gw, em_tensor **gb);
+
 /* ==== end neural and random ==== */
 
 /* ==== layout and indexing (adlay): rules in layout.c and index.c ==== */

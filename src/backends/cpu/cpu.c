@@ -518,6 +518,10 @@ const em_backend_ops em_cpu_backend_ops = {
     .avg_pool2d = cpu_avg_pool2d,
     .avg_pool2d_backward = cpu_avg_pool2d_backward,
     .layer_norm = cpu_layer_norm,
+    .batch_norm = cpu_batch_norm,
+    .batch_norm_backward = cpu_batch_norm_backward,
+    .group_norm = cpu_group_norm,
+    .rms_norm = cpu_rms_norm,
     /* fallback.c: ref's kernels, counted (fallback.h) */
     .arange = cpu_arange,
     .random = cpu_random,

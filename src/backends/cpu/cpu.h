@@ -126,6 +126,22 @@ em_status cpu_unary_backward(void *ctx, em_unary_op op, const em_view *gx, const
                              const em_view *y, const em_view *gy, const double *params);
 em_status cpu_adam_step(void *ctx, const em_view *param, const em_view *exp_avg,
                         const em_view *exp_avg_sq, const em_view *grad, const em_adam_args *a);
+/* norm.c (the chosen level's, through isa.c) */
+em_status cpu_batch_norm(void *ctx, const em_view *out, const em_view *save_mean,
+                         const em_view *save_invstd, const em_view *x, const em_view *weight,
+                         const em_view *bias, const em_view *running_mean,
+                         const em_view *running_var, bool training, double momentum,
+                         double eps);
+em_status cpu_batch_norm_backward(void *ctx, const em_view *gx, const em_view *gweight,
+                                  const em_view *gbias, const em_view *gy, const em_view *x,
+                                  const em_view *mean, const em_view *invstd,
+                                  const em_view *weight, bool training);
+em_status cpu_group_norm(void *ctx, const em_view *out, const em_view *save_mean,
+                         const em_view *save_invstd, const em_view *x, const em_view *weight,
+                         const em_view *bias, int64_t groups, double eps);
+em_status cpu_rms_norm(void *ctx, const em_view *out, const em_view *save_invrms,
+                       const em_view *x, const em_view *weight, int64_t norm_numel,
+                       double eps);
 /* fallback.c: the slots left to ref (counted, see fallback.h) */
 em_status cpu_arange(void *ctx, const em_view *out, double start, double step);
 em_status cpu_random(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
@@ -190,6 +206,23 @@ em_status CPU_K(cpu_layer_norm)(void *ctx, const em_view *out, const em_view *x,
                                 const em_view *weight, const em_view *bias, int64_t norm_numel,
                                 double eps);
 em_status CPU_K(cpu_adaptive_avg_pool2d)(void *ctx, const em_view *out, const em_view *x);
+em_status CPU_K(cpu_batch_norm)(void *ctx, const em_view *out, const em_view *save_mean,
+                                const em_view *save_invstd, const em_view *x,
+                                const em_view *weight, const em_view *bias,
+                                const em_view *running_mean, const em_view *running_var,
+                                bool training, double momentum, double eps);
+em_status CPU_K(cpu_batch_norm_backward)(void *ctx, const em_view *gx, const em_view *gweight,
+                                         const em_view *gbias, const em_view *gy,
+                                         const em_view *x, const em_view *mean,
+                                         const em_view *invstd, const em_view *weight,
+                                         bool training);
+em_status CPU_K(cpu_group_norm)(void *ctx, const em_view *out, const em_view *save_mean,
+                                const em_view *save_invstd, const em_view *x,
+                                const em_view *weight, const em_view *bias, int64_t groups,
+                                double eps);
+em_status CPU_K(cpu_rms_norm)(void *ctx, const em_view *out, const em_view *save_invrms,
+                              const em_view *x, const em_view *weight, int64_t norm_numel,
+                              double eps);
 em_status CPU_K(cpu_adaptive_avg_pool2d_backward)(void *ctx, const em_view *gx,
                                                   const em_view *gy);
 /* gemm.c: ember's GEMM (see isa.h's cpu_kernels.gemm); its tile at this level is CPU_GEMM_MR

@@ -59,6 +59,20 @@ static const cpu_fb_case fb_cases[] = {
     [CPU_FB_LAYER_NORM] = {"layer_norm", "integer dtypes, parameters of another dtype or size "
                                          "(the core takes floats of one dtype)",
                            false, true},
+    [CPU_FB_BATCH_NORM] = {"batch_norm", "integer dtypes, views of another dtype or size (the "
+                                         "core takes floats of one dtype); f32/f64/f16/bf16 "
+                                         "training and eval are native",
+                           false, true},
+    [CPU_FB_BATCH_NORM_BWD] = {"batch_norm_backward", "integer dtypes, views of another dtype "
+                                                      "or size (the core takes floats of one "
+                                                      "dtype)",
+                               false, true},
+    [CPU_FB_GROUP_NORM] = {"group_norm", "integer dtypes, views of another dtype or size (the "
+                                         "core takes floats of one dtype)",
+                           false, true},
+    [CPU_FB_RMS_NORM] = {"rms_norm", "integer dtypes, views of another dtype or size (the core "
+                                     "takes floats of one dtype)",
+                         false, true},
     [CPU_FB_ARANGE] = {"arange", "every case (creation: written once, no loop worth a kernel)",
                        true, true},
     [CPU_FB_RANDOM] = {"random", "every case (Philox streams must match ref's bit for bit)",

@@ -43,6 +43,10 @@ typedef enum cpu_fb {
     CPU_FB_AVG_POOL2D,
     CPU_FB_AVG_POOL2D_BWD,
     CPU_FB_LAYER_NORM,
+    CPU_FB_BATCH_NORM, /* normalization (norm.c): integer dtypes only */
+    CPU_FB_BATCH_NORM_BWD,
+    CPU_FB_GROUP_NORM,
+    CPU_FB_RMS_NORM,
     /* slots the cpu backend leaves to ref altogether (index_select and adaptive_avg_pool2d's
        two have kernels of their own now: their rows name what is left) */
     CPU_FB_ARANGE,

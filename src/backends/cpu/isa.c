@@ -244,6 +244,31 @@ em_status cpu_layer_norm(void *ctx, const em_view *out, const em_view *x, const 
                          const em_view *bias, int64_t norm_numel, double eps) {
     return K()->layer_norm(ctx, out, x, weight, bias, norm_numel, eps);
 }
+em_status cpu_batch_norm(void *ctx, const em_view *out, const em_view *save_mean,
+                         const em_view *save_invstd, const em_view *x, const em_view *weight,
+                         const em_view *bias, const em_view *running_mean,
+                         const em_view *running_var, bool training, double momentum,
+                         double eps) {
+    return K()->batch_norm(ctx, out, save_mean, save_invstd, x, weight, bias, running_mean,
+                           running_var, training, momentum, eps);
+}
+em_status cpu_batch_norm_backward(void *ctx, const em_view *gx, const em_view *gweight,
+                                  const em_view *gbias, const em_view *gy, const em_view *x,
+                                  const em_view *mean, const em_view *invstd,
+                                  const em_view *weight, bool training) {
+    return K()->batch_norm_backward(ctx, gx, gweight, gbias, gy, x, mean, invstd, weight,
+                                    training);
+}
+em_status cpu_group_norm(void *ctx, const em_view *out, const em_view *save_mean,
+                         const em_view *save_invstd, const em_view *x, const em_view *weight,
+                         const em_view *bias, int64_t groups, double eps) {
+    return K()->group_norm(ctx, out, save_mean, save_invstd, x, weight, bias, groups, eps);
+}
+em_status cpu_rms_norm(void *ctx, const em_view *out, const em_view *save_invrms,
+                       const em_view *x, const em_view *weight, int64_t norm_numel,
+                       double eps) {
+    return K()->rms_norm(ctx, out, save_invrms, x, weight, norm_numel, eps);
+}
 em_status cpu_adaptive_avg_pool2d(void *ctx, const em_view *out, const em_view *x) {
     return K()->adaptive_avg_pool2d(ctx, out, x);
 }

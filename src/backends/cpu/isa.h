@@ -100,6 +100,23 @@ typedef struct cpu_kernels {
     em_status (*adam_step)(void *ctx, const em_view *param, const em_view *exp_avg,
                            const em_view *exp_avg_sq, const em_view *grad,
                            const em_adam_args *a);
+    /* norm.c */
+    em_status (*batch_norm)(void *ctx, const em_view *out, const em_view *save_mean,
+                            const em_view *save_invstd, const em_view *x,
+                            const em_view *weight, const em_view *bias,
+                            const em_view *running_mean, const em_view *running_var,
+                            bool training, double momentum, double eps);
+    em_status (*batch_norm_backward)(void *ctx, const em_view *gx, const em_view *gweight,
+                                     const em_view *gbias, const em_view *gy, const em_view *x,
+                                     const em_view *mean, const em_view *invstd,
+                                     const em_view *weight, bool training);
+    em_status (*group_norm)(void *ctx, const em_view *out, const em_view *save_mean,
+                            const em_view *save_invstd, const em_view *x,
+                            const em_view *weight, const em_view *bias, int64_t groups,
+                            double eps);
+    em_status (*rms_norm)(void *ctx, const em_view *out, const em_view *save_invrms,
+                          const em_view *x, const em_view *weight, int64_t norm_numel,
+                          double eps);
 } cpu_kernels;
 
 /** Which GEMM cpu_gemm runs (matmul.c), chosen once from EMBER_CPU_GEMM (auto, openblas,

@@ -43,4 +43,8 @@ const cpu_kernels CPU_K(cpu_kernels) = {
     .cumsum = CPU_K(cpu_cumsum),
     .unary_backward = CPU_K(cpu_unary_backward),
     .adam_step = CPU_K(cpu_adam_step),
+    .batch_norm = CPU_K(cpu_batch_norm),
+    .batch_norm_backward = CPU_K(cpu_batch_norm_backward),
+    .group_norm = CPU_K(cpu_group_norm),
+    .rms_norm = CPU_K(cpu_rms_norm),
 };

@@ -155,5 +155,21 @@ em_status ocl_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *g
 em_status ocl_adaptive_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy);
 em_status ocl_layer_norm(void *ctx, const em_view *out, const em_view *x, const em_view *weight,
                          const em_view *bias, int64_t norm_numel, double eps);
+/* norm.c */
+em_status ocl_batch_norm(void *ctx, const em_view *out, const em_view *save_mean,
+                         const em_view *save_invstd, const em_view *x, const em_view *weight,
+                         const em_view *bias, const em_view *running_mean,
+                         const em_view *running_var, bool training, double momentum,
+                         double eps);
+em_status ocl_batch_norm_backward(void *ctx, const em_view *gx, const em_view *gweight,
+                                  const em_view *gbias, const em_view *gy, const em_view *x,
+                                  const em_view *mean, const em_view *invstd,
+                                  const em_view *weight, bool training);
+em_status ocl_group_norm(void *ctx, const em_view *out, const em_view *save_mean,
+                         const em_view *save_invstd, const em_view *x, const em_view *weight,
+                         const em_view *bias, int64_t groups, double eps);
+em_status ocl_rms_norm(void *ctx, const em_view *out, const em_view *save_invrms,
+                       const em_view *x, const em_view *weight, int64_t norm_numel,
+                       double eps);
 
 #endif /* EMBER_OCL_H */

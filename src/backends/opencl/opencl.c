@@ -296,4 +296,8 @@ const em_backend_ops em_opencl_backend_ops = {
     .layer_norm = ocl_layer_norm,
     .unary_backward = ocl_unary_backward,
     .adam_step = ocl_adam_step,
+    .batch_norm = ocl_batch_norm,
+    .batch_norm_backward = ocl_batch_norm_backward,
+    .group_norm = ocl_group_norm,
+    .rms_norm = ocl_rms_norm,
 };

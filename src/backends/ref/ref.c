@@ -149,4 +149,8 @@ const em_backend_ops em_ref_backend_ops = {
     .adaptive_avg_pool2d_backward = ref_adaptive_avg_pool2d_backward,
     .unary_backward = ref_unary_backward,
     .adam_step = ref_adam_step,
+    .batch_norm = ref_batch_norm,
+    .batch_norm_backward = ref_batch_norm_backward,
+    .group_norm = ref_group_norm,
+    .rms_norm = ref_rms_norm,
 };

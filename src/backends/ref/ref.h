@@ -212,6 +212,23 @@ em_status ref_adaptive_avg_pool2d(void *ctx, const em_view *out, const em_view *
 em_status ref_layer_norm(void *ctx, const em_view *out, const em_view *x, const em_view *weight,
                          const em_view *bias, int64_t norm_numel, double eps);
 
+/* norm.c */
+em_status ref_batch_norm(void *ctx, const em_view *out, const em_view *save_mean,
+                         const em_view *save_invstd, const em_view *x, const em_view *weight,
+                         const em_view *bias, const em_view *running_mean,
+                         const em_view *running_var, bool training, double momentum,
+                         double eps);
+em_status ref_batch_norm_backward(void *ctx, const em_view *gx, const em_view *gweight,
+                                  const em_view *gbias, const em_view *gy, const em_view *x,
+                                  const em_view *mean, const em_view *invstd,
+                                  const em_view *weight, bool training);
+em_status ref_group_norm(void *ctx, const em_view *out, const em_view *save_mean,
+                         const em_view *save_invstd, const em_view *x, const em_view *weight,
+                         const em_view *bias, int64_t groups, double eps);
+em_status ref_rms_norm(void *ctx, const em_view *out, const em_view *save_invrms,
+                       const em_view *x, const em_view *weight, int64_t norm_numel,
+                       double eps);
+
 /* nn_backward.c */
 em_status ref_conv2d_weight_grad(void *ctx, const em_view *gw, const em_view *x,
                                  const em_view *gy, const em_conv_args *a);
