@@ -35,7 +35,9 @@
 extern "C" {
 #endif
 
-#define EM_BACKEND_ABI_VERSION 3u /* 2: read_many appended; 3: unary_backward, adam_step */
+/* 2: read_many appended; 3: unary_backward, adam_step, batch_norm, batch_norm_backward,
+ * group_norm and rms_norm appended */
+#define EM_BACKEND_ABI_VERSION 3u
 
 /** A tensor's placement inside a backend buffer. */
 typedef struct em_view {
