@@ -232,6 +232,9 @@ static padded padded_layout(const geom *q, int64_t width) {
                     if (sx == 1) {                                                                 \
                         if (hi > lo)                                                               \
                             memcpy(d + lo, srow + lo - q->px, (size_t)(hi - lo) * sizeof(T));      \
+                    } else if (sx == 2) { /* a constant stride: vectorized */                      \
+                        const T *s2 = srow + ph - q->px;                                           \
+                        for (int64_t m = lo; m < hi; m++) d[m] = s2[2 * m];                        \
                     } else {                                                                       \
                         for (int64_t m = lo; m < hi; m++) d[m] = srow[m * sx + ph - q->px];        \
                     }                                                                              \
@@ -448,21 +451,19 @@ _Alignas(64) static const int64_t shuf_hi_8[3][8] = {
         }                                                                                          \
     }                                                                                              \
     static void wgrad_block_##SUF(const geom *q, const void *xpv, int64_t plane,                   \
-                                  const padded *pl, const void *gpv, int64_t OWp, int64_t ob,      \
-                                  double *dst) {                                                   \
+                                  const padded *pl, const int64_t *koff, const void *gpv,          \
+                                  int64_t OWp, void *vaccv) {                                      \
         const int64_t WP = pl->WP;                                                                 \
         const T *xp = xpv, *gp = gpv;                                                              \
-        const int64_t KK = q->KH * q->KW, K = q->Cg * KK, GS = q->OH * OWp;                        \
-        for (int64_t k0 = 0; k0 < K; k0 += WT) {                                                   \
+        T *vacc = vaccv;                                                                           \
+        const int64_t K = q->Cg * q->KH * q->KW, GS = q->OH * OWp;                                 \
+        (void)plane;                                                                               \
+        for (int64_t k0 = 0; k0 < K; k0 += WT, vacc += WO * WT * VL) {                             \
             int64_t xoff[WT];                                                                      \
-            UNROLL for (int t = 0; t < WT; t++) {                                                  \
-                const int64_t k = k0 + t < K ? k0 + t : K - 1;                                     \
-                xoff[t] = (k / KK) * plane + ((k / q->KW) % q->KH) * q->dy * WP +                  \
-                          pl->tap[k % q->KW];                                                      \
-            }                                                                                      \
+            UNROLL for (int t = 0; t < WT; t++) xoff[t] = koff[k0 + t < K ? k0 + t : K - 1];       \
             V acc[WO][WT];                                                                         \
             UNROLL for (int i = 0; i < WO; i++)                                                    \
-                UNROLL for (int t = 0; t < WT; t++) acc[i][t] = (V){0};                            \
+                UNROLL for (int t = 0; t < WT; t++) acc[i][t] = *(VU *)(vacc + (i * WT + t) * VL); \
             for (int64_t oy = 0; oy < q->OH; oy++) {                                               \
                 const T *xr = xp + oy * q->sy * WP, *gr = gp + oy * OWp;                           \
                 for (int64_t ox = 0; ox < OWp; ox += VL) {                                         \
@@ -473,9 +474,16 @@ _Alignas(64) static const int64_t shuf_hi_8[3][8] = {
                         UNROLL for (int t = 0; t < WT; t++) acc[i][t] += gv[i] * xv[t];            \
                 }                                                                                  \
             }                                                                                      \
-            V red[WO * WT];                                                                        \
             UNROLL for (int i = 0; i < WO; i++)                                                    \
-                UNROLL for (int t = 0; t < WT; t++) red[i * WT + t] = acc[i][t];                   \
+                UNROLL for (int t = 0; t < WT; t++) *(VU *)(vacc + (i * WT + t) * VL) = acc[i][t]; \
+        }                                                                                          \
+    }                                                                                              \
+    /* dst[i*K + k] += the lane sums of vacc (wgrad_block's accumulators) for ob channels */       \
+    static void wgrad_finish_##SUF(int64_t K, const void *vaccv, int64_t ob, double *dst) {        \
+        const T *vacc = vaccv;                                                                     \
+        for (int64_t k0 = 0; k0 < K; k0 += WT, vacc += WO * WT * VL) {                             \
+            V red[WO * WT];                                                                        \
+            UNROLL for (int i = 0; i < WO * WT; i++) red[i] = *(const VU *)(vacc + i * VL);        \
             lanesum_##SUF(red);                                                                    \
             for (int64_t i = 0; i < ob; i++)                                                       \
                 for (int t = 0; t < WT && k0 + t < K; t++)                                         \
@@ -536,7 +544,8 @@ KERNELS(double, vd, vdu, vdi, VLD, f64, LD_F64, BC_F64)
 typedef void (*rows_fn)(const direct_job *j, const void *xp, const slots *sl, int64_t R,
                         int64_t n, int64_t g);
 typedef void (*wgrad_fn)(const geom *q, const void *xp, int64_t plane, const padded *pl,
-                         const void *gp, int64_t OWp, int64_t ob, double *dst);
+                         const int64_t *koff, const void *gp, int64_t OWp, void *vacc);
+typedef void (*wfinish_fn)(int64_t K, const void *vacc, int64_t ob, double *dst);
 
 static rows_fn rows_kernel(em_dtype dt) {
     return dt == EM_F32 ? direct_rows_f32 : direct_rows_f64;
@@ -544,6 +553,10 @@ static rows_fn rows_kernel(em_dtype dt) {
 
 static wgrad_fn wgrad_kernel(em_dtype dt) {
     return dt == EM_F32 ? wgrad_block_f32 : wgrad_block_f64;
+}
+
+static wfinish_fn wgrad_finisher(em_dtype dt) {
+    return dt == EM_F32 ? wgrad_finish_f32 : wgrad_finish_f64;
 }
 
 /* Padded scratch per task is kept near this size (rows are padded in blocks). */
@@ -664,21 +677,34 @@ static void wgrad_range(int64_t lo, int64_t hi, void *arg) {
     wgrad_job *j = arg;
     const geom *q = &j->q;
     const wgrad_fn kern = wgrad_kernel(j->elem == 4 ? EM_F32 : EM_F64);
+    const wfinish_fn finish = wgrad_finisher(j->elem == 4 ? EM_F32 : EM_F64);
     const int64_t K = q->Cg * q->KH * q->KW, plane = j->HP * j->pl.WP, GS = q->OH * j->OWp;
     const int64_t OHW = q->OH * q->OW;
+    /* a block's vector accumulators: [K/WT][WO*WT] vectors, summed over the unit's images */
+    const int64_t blk_acc = (K + WT - 1) / WT * WO * WT * VB; /* bytes */
+    const int64_t most = (j->nblk + j->P - 1) / j->P + 1;   /* blocks a unit */
     char *xp = cpu_scratch((size_t)(q->Cg * plane * j->elem));
     char *gp = cpu_scratch((size_t)(WO * GS * j->elem));
-    if (!xp || !gp) {
+    char *vacc = cpu_scratch((size_t)(most * blk_acc));
+    int64_t *koff = cpu_scratch((size_t)K * sizeof(int64_t));
+    if (!xp || !gp || !vacc || !koff) {
         atomic_store_explicit(&j->failed, true, memory_order_relaxed);
         if (xp) cpu_scratch_free(xp);
         if (gp) cpu_scratch_free(gp);
+        if (vacc) cpu_scratch_free(vacc);
+        if (koff) cpu_scratch_free(koff);
         return;
     }
+    /* tap k's offset in the padded rows (k = (c*KH + kh)*KW + kw) */
+    for (int64_t k = 0; k < K; k++)
+        koff[k] = (k / (q->KH * q->KW)) * plane + ((k / q->KW) % q->KH) * q->dy * j->pl.WP +
+                  j->pl.tap[k % q->KW];
     memset(gp, 0, (size_t)(WO * GS * j->elem)); /* row tails stay zero */
     for (int64_t u = lo; u < hi; u++) {
         const int64_t s = u / (q->G * j->P), g = (u / j->P) % q->G, p = u % j->P;
         const int64_t n0 = s * q->N / j->S, n1 = (s + 1) * q->N / j->S;
         const int64_t b0 = p * j->nblk / j->P, b1 = (p + 1) * j->nblk / j->P;
+        memset(vacc, 0, (size_t)((b1 - b0) * blk_acc));
         for (int64_t n = n0; n < n1; n++) {
             const size_t xoff = (size_t)((n * q->C + g * q->Cg) * q->H * q->W);
             if (j->elem == 4)
@@ -701,13 +727,20 @@ static void wgrad_range(int64_t lo, int64_t hi, void *arg) {
                         memcpy(dp + (size_t)(oy * j->OWp * j->elem),
                                sp + (size_t)(oy * q->OW * j->elem), (size_t)(q->OW * j->elem));
                 }
-                kern(q, xp, plane, &j->pl, gp, j->OWp, ob,
-                     j->part + s * q->O * K + (g * q->Og + o0) * K);
+                kern(q, xp, plane, &j->pl, koff, gp, j->OWp, vacc + (blk - b0) * blk_acc);
             }
+        }
+        /* the lane sums once a unit: each lane summed its images' terms in T */
+        for (int64_t blk = b0; blk < b1; blk++) {
+            const int64_t o0 = blk * WO, ob = q->Og - o0 < WO ? q->Og - o0 : WO;
+            finish(K, vacc + (blk - b0) * blk_acc, ob,
+                   j->part + s * q->O * K + (g * q->Og + o0) * K);
         }
     }
     cpu_scratch_free(xp);
     cpu_scratch_free(gp);
+    cpu_scratch_free(vacc);
+    cpu_scratch_free(koff);
 }
 
 static em_status wgrad_direct(const geom *q, em_dtype dt, const void *x, const void *gy,
@@ -721,7 +754,10 @@ static em_status wgrad_direct(const geom *q, em_dtype dt, const void *x, const v
     j.HP = (q->OH - 1) * q->sy + (q->KH - 1) * q->dy + 1;
     j.nblk = (q->Og + WO - 1) / WO;
     j.S = q->N < 4 * nt ? q->N : 4 * nt;
-    while (j.S > 1 && j.S * OK * 8 > (64 << 20)) j.S--;
+    /* f32: a lane sums at most 8192 / VL terms in f32 (a weight 8192, WGRAD_F32_COLS) */
+    const int64_t least = dt == EM_F32 ? (q->N * q->OH * q->OW + 8191) / 8192 : 1;
+    if (j.S < least) j.S = least < q->N ? least : q->N;
+    while (j.S > least && j.S > 1 && j.S * OK * 8 > (64 << 20)) j.S--;
     j.P = (4 * nt + j.S * q->G - 1) / (j.S * q->G);
     if (j.P > j.nblk) j.P = j.nblk;
     if (j.P < 1) j.P = 1;
