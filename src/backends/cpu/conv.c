@@ -1344,6 +1344,32 @@ static bool convt_phases_apply(const geom *q0, const em_conv_args *a, em_dtype d
     return true;
 }
 
+/* planes [lo, hi) of a phase's output (tmp, [N*O][n_h][n_w]) into out's phase (ry, rx) */
+typedef struct phase_scatter_job {
+    em_dtype dt;
+    const void *tmp;
+    void *out;
+    int64_t H, W, ry, rx, sy, sx, n_h, n_w;
+} phase_scatter_job;
+
+static void phase_scatter_range(int64_t lo, int64_t hi, void *arg) {
+    const phase_scatter_job *j = arg;
+    for (int64_t p = lo; p < hi; p++)
+        for (int64_t my = 0; my < j->n_h; my++) {
+            const int64_t d0 = (p * j->H + j->ry + my * j->sy) * j->W + j->rx;
+            const int64_t s0 = (p * j->n_h + my) * j->n_w;
+            if (j->dt == EM_F32) {
+                float *d = (float *)j->out + d0;
+                const float *t = (const float *)j->tmp + s0;
+                for (int64_t mx = 0; mx < j->n_w; mx++) d[mx * j->sx] = t[mx];
+            } else {
+                double *d = (double *)j->out + d0;
+                const double *t = (const double *)j->tmp + s0;
+                for (int64_t mx = 0; mx < j->n_w; mx++) d[mx * j->sx] = t[mx];
+            }
+        }
+}
+
 static em_status convt_phases(const geom *q0, const em_conv_args *a, em_dtype dt,
                               const void *x, const void *w, const void *bias, void *out) {
     const size_t elem = em_dtype_size(dt);
@@ -1397,19 +1423,10 @@ static em_status convt_phases(const geom *q0, const em_conv_args *a, em_dtype dt
                             }
             s = conv_direct(&q, dt, x, wf, bias, tmp, 0);
             if (s != EM_OK) break;
-            for (int64_t p = 0; p < N * O; p++)
-                for (int64_t my = 0; my < n_h; my++) {
-                    const int64_t d0 = (p * H + ry + my * sy) * W + rx, s0 = p * P + my * n_w;
-                    if (dt == EM_F32) {
-                        float *d = (float *)out + d0;
-                        const float *t = (const float *)tmp + s0;
-                        for (int64_t mx = 0; mx < n_w; mx++) d[mx * sx] = t[mx];
-                    } else {
-                        double *d = (double *)out + d0;
-                        const double *t = (const double *)tmp + s0;
-                        for (int64_t mx = 0; mx < n_w; mx++) d[mx * sx] = t[mx];
-                    }
-                }
+            phase_scatter_job sj = {.dt = dt, .tmp = tmp, .out = out, .H = H, .W = W, .ry = ry,
+                                    .rx = rx, .sy = sy, .sx = sx, .n_h = n_h, .n_w = n_w};
+            const int64_t grain = (1 << 14) / (P > 0 ? P : 1);
+            cpu_parallel_for(N * O, grain < 1 ? 1 : grain, phase_scatter_range, &sj);
         }
     if (tmp) cpu_scratch_free(tmp);
     if (wf) cpu_scratch_free(wf);
