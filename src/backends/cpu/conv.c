@@ -16,8 +16,8 @@
  *     WO output channels x WT taps summed over every output position of an image, the lane
  *     sums at the end, each batch slice summed in double and the slices added in order.
  *     conv_transpose2d with unit strides is the conv2d of x with the flipped kernel and padding
- *     (K-1)*d - p; with strides, one unit-stride conv per output phase (the taps that reach
- *     it, as a smaller kernel: convt_phases) scattered into the output.
+ *     (K-1)*d - p; with strides (EMBER_CPU_CONV=direct only), one unit-stride conv per
+ *     output phase (the taps that reach it, as a smaller kernel: convt_phases), scattered.
  *   - im2col + GEMM (cpu_gemm) for the rest, one GEMM per group and chunk of images (their
  *     columns side by side, up to 4096 columns and 16 MiB of scratch), the batch split over
  *     the pool by images (each thread's GEMMs run alone; one image or too few: the GEMM
@@ -229,7 +229,10 @@ static padded padded_layout(const geom *q, int64_t width) {
                     const int64_t lo = clampi(ceil_div(q->px - ph, sx), 0, WPh);                   \
                     const int64_t hi = clampi(ceil_div(q->W + q->px - ph, sx), lo, WPh);           \
                     for (int64_t m = 0; m < lo; m++) d[m] = 0;                                     \
-                    if (sx == 1) {                                                                 \
+                    if (sx == 1 && hi - lo < 64) { /* short rows: a loop beats memcpy's call */    \
+                        const T *s1 = srow - q->px;                                                \
+                        for (int64_t m = lo; m < hi; m++) d[m] = s1[m];                            \
+                    } else if (sx == 1) {                                                          \
                         if (hi > lo)                                                               \
                             memcpy(d + lo, srow + lo - q->px, (size_t)(hi - lo) * sizeof(T));      \
                     } else if (sx == 2) { /* a constant stride: vectorized */                      \
@@ -1065,15 +1068,19 @@ static bool direct_level(void) {
     return CPU_ISA_LEVEL >= CPU_ISA_AVX2;
 }
 
-static bool use_direct(const geom *q, em_dtype dt) {
+/* Whether the direct kernels should run q as a conv of its own; a phase of a strided
+ * transposed conv (convt_phases) may be 1x1. */
+static bool use_direct_of(const geom *q, em_dtype dt, bool phase) {
     /* 1x1 kernels (any stride): a GEMM, im2col a cheap subsample */
-    if (q->KW > MAX_KW || q->KH * q->KW == 1 || !direct_level()) return false;
+    if (q->KW > MAX_KW || (q->KH * q->KW == 1 && !phase) || !direct_level()) return false;
     /* narrow rows: tiles would mostly compute columns past OW */
     const int64_t VL = VB / (int64_t)em_dtype_size(dt);
     if (2 * q->OW < VL) return false;
     const int64_t K = q->Cg * q->KH * q->KW;
     return K <= 1536 || q->Og < 8;
 }
+
+static bool use_direct(const geom *q, em_dtype dt) { return use_direct_of(q, dt, false); }
 
 static bool use_direct_wgrad(const geom *q, em_dtype dt) {
     if (q->KW > MAX_KW || is_pointwise(q) || !direct_level()) return false;
@@ -1325,7 +1332,10 @@ static phase_axis phase_of(int64_t r, int64_t s, int64_t p, int64_t d, int64_t K
 
 /* A transposed conv with strides as sy*sx unit-stride convs (one an output phase), each with
  * the direct kernels into scratch, then scattered into out's phase: no col2im, no products
- * of zeros. q0 holds the shapes (x's as the input, out's as the output), w the transposed
+ * of zeros. EMBER_CPU_CONV=direct only: on a ResNet's stride-2 input gradients (3x3, 16..64
+ * channels, 32x32 and 16x16 outputs; AMD EPYC, AVX2) it ran 1.0-1.5x slower than GEMM +
+ * col2im (the phases' 1x1 and 1x2 kernels have short sums, and each phase pads and
+ * scatters). q0 holds the shapes (x's as the input, out's as the output), w the transposed
  * conv's weights [C_in, Og, KH, KW]. Returns false (nothing written) when a phase's conv is
  * not for the direct kernels. */
 static bool convt_phases_apply(const geom *q0, const em_conv_args *a, em_dtype dt) {
@@ -1339,7 +1349,7 @@ static bool convt_phases_apply(const geom *q0, const em_conv_args *a, em_dtype d
             geom q = *q0;
             q.OH = py.n, q.OW = px.n, q.KH = py.J, q.KW = px.J, q.sy = q.sx = 1;
             q.py = py.pad, q.px = px.pad, q.dy = py.dd, q.dx = px.dd;
-            if (!use_direct(&q, dt)) return false;
+            if (!use_direct_of(&q, dt, true)) return false;
         }
     return true;
 }
@@ -1454,7 +1464,8 @@ static em_status convt_f(const em_view *out, const em_view *x, const em_view *w,
             s = conv_direct(&q, out->dtype, px, pw, pb, cpu_ptr(out), 1);
         else if (unit)
             s = convt_as_conv(&q, out->dtype, px, pw, pb, cpu_ptr(out));
-        else if (q.KH * q.KW > 1 && convt_phases_apply(&q, a, out->dtype))
+        else if (q.KH * q.KW > 1 && conv_mode() == CONV_DIRECT &&
+                 convt_phases_apply(&q, a, out->dtype))
             s = convt_phases(&q, a, out->dtype, px, pw, pb, cpu_ptr(out));
         else
             s = convt_gemm(out, x, px, pw, pb, w, a);
