@@ -1,20 +1,23 @@
 /* conv.c — the cpu backend's convolutions for f32 and f64: conv2d, its weight gradient and
  * conv_transpose2d, with any stride, padding, dilation and groups (NCHW).
  *
- * Two methods:
- *   - direct, in the avx512 copy, while the reduction per output (Cg*KH*KW) is moderate (the
- *     portable copy, which avx2 runs too, uses im2col + GEMM; EMBER_CPU_CONV=direct|gemm
- *     forces one method for tests and benchmarks): each task copies the input
- *     rows it needs into zero-padded scratch rows (split into stride phases, so that any
- *     stride reads consecutive elements), then register-tiled kernels run on GCC vector types:
- *     conv2d tiles of 8 output channels x 2 vectors of columns (4, 3, 2, 1 channels x 2 or 4
- *     vectors for the rest), the bias as the accumulators' start, threaded over (image,
- *     group, output row); conv2d_weight_grad tiles of 4 output channels x 4 taps summed over
- *     every output position, the lane sums by a shuffle tree, each batch slice summed in
- *     double and the slices added in order. conv_transpose2d with unit strides is the conv2d
- *     of x with the flipped kernel and padding (K-1)*d - p. The file is compiled for the
- *     portable and avx512 levels (isa.h; avx2 runs the portable copy, see kernels.c); the
- *     avx512 copy's kernels pin their loads to registers.
+ * Two methods (EMBER_CPU_CONV=direct|gemm forces one where both apply, for tests and
+ * benchmarks; unset or auto: the shape rules of use_direct / use_direct_wgrad):
+ *   - direct, at the avx2 and avx512 levels (the portable copy has them too, for tests): each
+ *     task copies the input rows it needs into zero-padded scratch rows (split into stride
+ *     phases, so that any stride reads consecutive elements), then register-tiled kernels on
+ *     GCC vector types of the level's width (the same source at every level: the avx2 copy
+ *     runs and tests the logic of the avx512 one). conv2d: the output positions of a block of
+ *     rows as slots of one vector each (running across rows, so 8x8 planes fill the tiles),
+ *     tiles of OBMAX output channels x NV slots (avx2: 4 x 3 of 8 floats, avx512: 8 x 2 of
+ *     16), the bias as the accumulators' start, 3-wide kernels with their taps unrolled, every
+ *     channel block over a chunk of slots at a time (its rows stay in L1), threaded over
+ *     (image, group, output row). conv2d_weight_grad (planes of 1024 outputs or more): tiles of
+ *     WO output channels x WT taps summed over every output position of an image, the lane
+ *     sums at the end, each batch slice summed in double and the slices added in order.
+ *     conv_transpose2d with unit strides is the conv2d of x with the flipped kernel and padding
+ *     (K-1)*d - p; with strides (EMBER_CPU_CONV=direct only), one unit-stride conv per
+ *     output phase (the taps that reach it, as a smaller kernel: convt_phases), scattered.
  *   - im2col + GEMM (cpu_gemm) for the rest, one GEMM per group and chunk of images (their
  *     columns side by side, up to 4096 columns and 16 MiB of scratch), the batch split over
  *     the pool by images (each thread's GEMMs run alone; one image or too few: the GEMM
@@ -38,11 +41,23 @@
 #include "cpu.h"
 #include "stage.h"
 
+/* The avx512 copy (CPU_ISA_LEVEL, isa.h) pins loads and broadcasts to registers (below). */
+#if CPU_ISA_LEVEL >= CPU_ISA_AVX512 && defined(__x86_64__) && defined(__GNUC__)
+#define CONV_512 1
+#endif
+
 #if defined(__GNUC__) && !defined(__clang__)
-/* FMA contraction for the kernels (-std=c11 turns it off) and GCC's two-vector shuffle */
-#define CONV_GCC_SHUFFLE 1
+/* FMA contraction for the kernels (-std=c11 turns it off) */
 #define CONV_FMA_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\"fp-contract=fast\")")
 #define CONV_FMA_END _Pragma("GCC pop_options")
+#else
+#define CONV_FMA_BEGIN
+#define CONV_FMA_END
+#endif
+
+#if defined(CONV_512) && !defined(__clang__)
+/* the avx512 copy's lane sums: GCC's two-vector shuffle, a tree (tables below) */
+#define CONV_GCC_SHUFFLE 1
 #define LANESUM(T, V, VI, VL)                                                                      \
     do {                                                                                           \
         int cnt = WO * WT;                                                                         \
@@ -55,8 +70,6 @@
         }                                                                                          \
     } while (0)
 #else
-#define CONV_FMA_BEGIN
-#define CONV_FMA_END
 #define LANESUM(T, V, VI, VL)                                                                      \
     do {                                                                                           \
         T sums[WO * WT];                                                                           \
@@ -68,19 +81,8 @@
     } while (0)
 #endif
 
-/* The avx512 copy (CPU_ISA_LEVEL, isa.h) pins loads and broadcasts to registers (below). */
-#if CPU_ISA_LEVEL >= CPU_ISA_AVX512 && defined(__x86_64__) && defined(__GNUC__)
-#define CONV_512 1
-#endif
-
 #define UNROLL _Pragma("GCC unroll 16") /* the small loops over tiles' registers */
 
-typedef float v16f __attribute__((vector_size(64)));
-typedef float v16fu __attribute__((vector_size(64), aligned(4), may_alias));
-typedef double v8d __attribute__((vector_size(64)));
-typedef double v8du __attribute__((vector_size(64), aligned(8), may_alias));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef int64_t v8l __attribute__((vector_size(64)));
 
 static em_status oom(void) { return em_backend_set_error(EM_ERR_NOMEM, "cpu: out of memory"); }
 
@@ -227,9 +229,15 @@ static padded padded_layout(const geom *q, int64_t width) {
                     const int64_t lo = clampi(ceil_div(q->px - ph, sx), 0, WPh);                   \
                     const int64_t hi = clampi(ceil_div(q->W + q->px - ph, sx), lo, WPh);           \
                     for (int64_t m = 0; m < lo; m++) d[m] = 0;                                     \
-                    if (sx == 1) {                                                                 \
+                    if (sx == 1 && hi - lo < 64) { /* short rows: a loop beats memcpy's call */    \
+                        const T *s1 = srow - q->px;                                                \
+                        for (int64_t m = lo; m < hi; m++) d[m] = s1[m];                            \
+                    } else if (sx == 1) {                                                          \
                         if (hi > lo)                                                               \
                             memcpy(d + lo, srow + lo - q->px, (size_t)(hi - lo) * sizeof(T));      \
+                    } else if (sx == 2) { /* a constant stride: vectorized */                      \
+                        const T *s2 = srow + ph - q->px;                                           \
+                        for (int64_t m = lo; m < hi; m++) d[m] = s2[2 * m];                        \
                     } else {                                                                       \
                         for (int64_t m = lo; m < hi; m++) d[m] = srow[m * sx + ph - q->px];        \
                     }                                                                              \
@@ -244,21 +252,72 @@ TYPED_HELPERS(double, f64)
 
 /* ---- the direct kernels ---- */
 
+/* The vector width and register tiles of this level (the same source at every level; the
+ * avx2 copy tests the logic of the avx512 one): VB bytes a vector; conv2d tiles of up to OBMAX
+ * output channels x NV vectors of output positions; weight-gradient tiles of WO output
+ * channels x WT taps. AVX-512 has 32 vector registers, AVX2 and SSE2 16. */
+#if CPU_ISA_LEVEL >= CPU_ISA_AVX512
+#define VB 64
+#define VLF 16 /* f32 lanes (literals: the lane sums name their tables by them) */
+#define VLD 8  /* f64 lanes */
+#define OBMAX 8
+#define NV 2
+#define WO 4
+#define WT 4
+#elif CPU_ISA_LEVEL >= CPU_ISA_AVX2
+#define VB 32
+#define VLF 8
+#define VLD 4
+#define OBMAX 4
+#define NV 3
+#define WO 4
+#define WT 2
+#else
+#define VB 16
+#define VLF 4
+#define VLD 2
+#define OBMAX 4
+#define NV 3
+#define WO 4
+#define WT 2
+#endif
+
+typedef float vf __attribute__((vector_size(VB)));
+typedef float vfu __attribute__((vector_size(VB), aligned(4), may_alias));
+typedef double vd __attribute__((vector_size(VB)));
+typedef double vdu __attribute__((vector_size(VB), aligned(8), may_alias));
+typedef int32_t vfi __attribute__((vector_size(VB)));
+typedef int64_t vdi __attribute__((vector_size(VB)));
+
 /* Output channels per block for `rem` channels left. */
-static inline int64_t block_of(int64_t rem) { return rem >= 8 ? 8 : rem >= 4 ? 4 : rem; }
+static inline int64_t block_of(int64_t rem) { return rem >= OBMAX ? OBMAX : rem; }
 
-/* Columns a row of OW outputs computes in tiles of pw. */
-static inline int64_t covered(int64_t OW, int64_t pw) {
-    return OW <= pw ? pw : (OW + pw - 1) / pw * pw;
-}
+/* The output positions of a block of output rows, as slots of one vector each: slot s covers
+ * VL consecutive columns of one output row, at offset xo[s] in the padded rows (tap (0, 0)
+ * of channel 0) and oo[s] in an output plane; a row's last slot is shifted left to end at OW
+ * when OW >= VL, else it is partial (pw[s] < VL columns stored, through a buffer). Slots run
+ * across rows, so that narrow rows (8x8 planes) fill the tiles. */
+typedef struct slots {
+    int64_t n;
+    int64_t *xo, *oo;
+    int32_t *pw;
+} slots;
 
-/* Vectors per tile (1, 2 or up to `most`, 2 or 4): the fewest columns computed past OW, then
- * the widest tile. */
-static inline int64_t tile_vectors(int64_t OW, int64_t VL, int64_t most) {
-    int64_t best = 1;
-    for (int64_t nv = 2; nv <= most; nv *= 2)
-        if (covered(OW, nv * VL) <= covered(OW, best * VL)) best = nv;
-    return best;
+/* Slots of output rows [a, b) (padded rows start at padded row a*sy, WP elements apart). */
+static void slots_of(slots *s, const geom *q, int64_t WP, int64_t VL, int64_t a, int64_t b) {
+    s->n = 0;
+    for (int64_t oy = a; oy < b; oy++)
+        for (int64_t ox = 0; ox < q->OW; ox += VL) {
+            int64_t ox0 = ox, w = VL;
+            if (ox0 + VL > q->OW) {
+                if (q->OW >= VL) ox0 = q->OW - VL;
+                else w = q->OW;
+            }
+            s->xo[s->n] = (oy - a) * q->sy * WP + ox0;
+            s->oo[s->n] = oy * q->OW + ox0;
+            s->pw[s->n] = (int32_t)w;
+            s->n++;
+        }
 }
 
 typedef struct direct_job {
@@ -272,59 +331,65 @@ typedef struct direct_job {
     atomic_bool failed; /* a task's scratch allocation failed */
 } direct_job;
 
-/* The tiles of one output row for a block of OB output channels: NVV vectors of VL columns
- * each (the last tile shifted left to end at OW when OW allows, else stored through a
- * buffer). xrow points at the padded row of channel 0 for tap (0, 0); orow at the block's
- * first output row, planes OHW apart; wb at the block's packed weights [K][OB]. */
-#define DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, OB, NVV)                                          \
-    for (int64_t t = 0; t < OW; t += NVV * VL) {                                                   \
-        int64_t ox0 = t;                                                                           \
-        int partial = 0;                                                                           \
-        if (ox0 + NVV * VL > OW) {                                                                 \
-            if (OW >= NVV * VL) ox0 = OW - NVV * VL;                                               \
-            else partial = 1;                                                                      \
-        }                                                                                          \
-        const T *xr = xrow + ox0;                                                                  \
-        V acc[OB][NVV];                                                                            \
+/* The tiles of one block of OB output channels over the slots: NV slots a tile (the last tile
+ * repeats its last slot, stored once). xp: the padded rows of channel 0; o: the block's first
+ * output plane (planes OHW apart); wb: the block's packed weights [K][OB]; b: its bias or
+ * NULL. */
+#define DIRECT_BLOCK(T, V, VU, VL, LOADV, BCAST, OB, KW)                                           \
+    for (int64_t s0 = 0; s0 < sl->n; s0 += NV) {                                                   \
+        const T *xr[NV];                                                                           \
+        UNROLL for (int v = 0; v < NV; v++)                                                        \
+            xr[v] = xp + sl->xo[s0 + v < sl->n ? s0 + v : sl->n - 1];                              \
+        V acc[OB][NV];                                                                             \
         UNROLL for (int ob = 0; ob < OB; ob++)                                                     \
-            UNROLL for (int v = 0; v < NVV; v++) acc[ob][v] = (V){0} + (bg ? bg[o0 + ob] : (T)0);  \
+            UNROLL for (int v = 0; v < NV; v++) acc[ob][v] = (V){0} + (b ? b[ob] : (T)0);          \
         const T *wk = wb;                                                                          \
         for (int64_t c = 0; c < Cg; c++)                                                           \
             for (int64_t kh = 0; kh < KH; kh++) {                                                  \
-                const T *xc = xr + c * plane + kh * rowstep;                                       \
+                const int64_t off = c * plane + kh * rowstep;                                      \
                 for (int64_t kw = 0; kw < KW; kw++, wk += OB) {                                    \
-                    const T *xk = xc + tap[kw];                                                    \
-                    V xv[NVV];                                                                     \
-                    UNROLL for (int v = 0; v < NVV; v++) LOADV(xv[v], xk + v * VL);                \
+                    const int64_t ok = off + tap[kw];                                              \
+                    V xv[NV];                                                                      \
+                    UNROLL for (int v = 0; v < NV; v++) LOADV(xv[v], xr[v] + ok);                  \
                     UNROLL for (int ob = 0; ob < OB; ob++) {                                       \
                         V wv;                                                                      \
                         BCAST(wv, wk + ob);                                                        \
-                        UNROLL for (int v = 0; v < NVV; v++) acc[ob][v] += wv * xv[v];             \
+                        UNROLL for (int v = 0; v < NV; v++) acc[ob][v] += wv * xv[v];              \
                     }                                                                              \
                 }                                                                                  \
             }                                                                                      \
-        if (!partial) {                                                                            \
-            UNROLL for (int ob = 0; ob < OB; ob++)                                                 \
-                UNROLL for (int v = 0; v < NVV; v++)                                               \
-                    *(VU *)(orow + ob * OHW + ox0 + v * VL) = acc[ob][v];                          \
-        } else {                                                                                   \
-            /* through a buffer, by an inline loop (the cpu sources are built with             \
-               -fno-tree-loop-distribute-patterns: a memcpy call per row cost more) */             \
-            UNROLL for (int ob = 0; ob < OB; ob++) {                                               \
-                T tmp[NVV * VL], *o_ = orow + ob * OHW + ox0;                                      \
-                UNROLL for (int v = 0; v < NVV; v++) *(VU *)(tmp + v * VL) = acc[ob][v];           \
-                for (int64_t e_ = 0; e_ < OW - ox0; e_++) o_[e_] = tmp[e_];                        \
+        UNROLL for (int v = 0; v < NV; v++) {                                                      \
+            if (s0 + v >= sl->n) break;                                                            \
+            T *os = o + sl->oo[s0 + v];                                                            \
+            const int pw = sl->pw[s0 + v];                                                         \
+            if (pw == VL) {                                                                        \
+                UNROLL for (int ob = 0; ob < OB; ob++) *(VU *)(os + ob * OHW) = acc[ob][v];        \
+            } else {                                                                               \
+                /* through a buffer, by an inline loop (the cpu sources are built with             \
+                   -fno-tree-loop-distribute-patterns: a memcpy call per row cost more) */         \
+                UNROLL for (int ob = 0; ob < OB; ob++) {                                           \
+                    T tmp[VL];                                                                     \
+                    *(VU *)tmp = acc[ob][v];                                                       \
+                    for (int e_ = 0; e_ < pw; e_++) os[ob * OHW + e_] = tmp[e_];                   \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }
 
-/* Weight-gradient tiles: WO output channels x WT taps, the products summed over every output
- * position of one image. */
-#define WO 4
-#define WT 4
+/* One kernel a block size OB (1 .. OBMAX) and dtype. */
+#define BLOCK_FN(T, V, VU, VL, SUF, LOADV, BCAST, OB)                                              \
+    static void dblock_##SUF##_##OB(const T *xp, const slots *sl, const T *wb, const T *b, T *o,   \
+                                    int64_t OHW, int64_t Cg, int64_t KH, int64_t KW,               \
+                                    int64_t plane, int64_t rowstep, const int64_t *tap) {          \
+        if (KW == 3) /* 3x3 kernels: the taps of a row unrolled */                                 \
+            DIRECT_BLOCK(T, V, VU, VL, LOADV, BCAST, OB, 3)                                        \
+        else                                                                                       \
+            DIRECT_BLOCK(T, V, VU, VL, LOADV, BCAST, OB, KW)                                       \
+    }
 
 #ifdef CONV_GCC_SHUFFLE
-/* Shuffle masks of the lane-sum tree (level lv: lanes per accumulator VL >> lv, halved). */
+/* Shuffle masks of the avx512 copy's lane-sum tree (level lv: lanes per accumulator VL >> lv,
+ * halved). */
 _Alignas(64) static const int32_t shuf_lo_16[4][16] = {
     {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
     {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
@@ -341,75 +406,67 @@ _Alignas(64) static const int64_t shuf_hi_8[3][8] = {
     {4, 5, 6, 7, 12, 13, 14, 15}, {2, 3, 6, 7, 10, 11, 14, 15}, {1, 3, 5, 7, 9, 11, 13, 15}};
 #endif
 
-/* The kernels of one dtype and instruction set:
+/* The kernels of one dtype and level:
  *   direct_rows: output rows [a, b) of image n, group g; xp holds the padded rows a*sy .. of
- *     the group's channels (R rows each, WP columns). Blocks of 8 channels use tiles of 1 or 2
- *     vectors of columns, smaller blocks 1, 2 or 4 (tile_vectors).
+ *     the group's channels (R rows each, WP columns), sl their slots. Blocks of OBMAX
+ *     channels (the rest in one smaller block), NV slots a tile.
  *   wgrad_block: dst[i*K + k] += sum over (oy, ox) of gp[i][oy][ox] * x(tap k at oy, ox) for
  *     the ob <= WO channels of gp ([WO][OH][OWp], zero past OW and past ob); xp holds all
  *     padded rows of the group's channels (plane elements apart). */
-#define KERNELS(T, V, VU, VI, VL, SUF, ATTR, LOADV, BCAST)                                         \
+#define KERNELS(T, V, VU, VI, VL, SUF, LOADV, BCAST)                                               \
     CONV_FMA_BEGIN                                                                                 \
-    /* Lane sums of the WO*WT vectors red[] by a shuffle tree: each level halves the lanes per     \
-     * accumulator and packs two vectors into one; red[0] (and red[1] when VL is 8) ends up        \
-     * holding the sums in order. */                                                               \
-    ATTR __attribute__((noinline)) static void lanesum_##SUF(V *red) {                             \
-        LANESUM(T, V, VI, VL);                                                                     \
-    }                                                                                              \
-    ATTR static void direct_rows_##SUF(const direct_job *j, const void *xpv, int64_t R,            \
-                                       int64_t n, int64_t g, int64_t a, int64_t b) {               \
+    /* Lane sums of the WO*WT vectors red[]: red[i / VL][i % VL] ends up holding the sum of        \
+     * vector i (by a shuffle tree in the avx512 copy). */                                         \
+    __attribute__((noinline)) static void lanesum_##SUF(V *red) { LANESUM(T, V, VI, VL); }        \
+    BLOCK_FN(T, V, VU, VL, SUF, LOADV, BCAST, 1)                                                   \
+    BLOCK_FN(T, V, VU, VL, SUF, LOADV, BCAST, 2)                                                   \
+    BLOCK_FN(T, V, VU, VL, SUF, LOADV, BCAST, 3)                                                   \
+    BLOCK_FN(T, V, VU, VL, SUF, LOADV, BCAST, 4)                                                   \
+    BLOCK_FNS_WIDE(T, V, VU, VL, SUF, LOADV, BCAST)                                                \
+    static void direct_rows_##SUF(const direct_job *j, const void *xpv, const slots *sl,          \
+                                  int64_t R, int64_t n, int64_t g) {                               \
         const geom *q = &j->q;                                                                     \
         const T *xp = xpv;                                                                         \
-        const int64_t Cg = q->Cg, KH = q->KH, KW = q->KW, OW = q->OW;                              \
-        const int64_t OHW = q->OH * OW, K = Cg * KH * KW, WP = j->pl.WP;                           \
-        const int64_t *tap = j->pl.tap;                                                            \
+        const int64_t Cg = q->Cg, KH = q->KH, KW = q->KW;                                          \
+        const int64_t OHW = q->OH * q->OW, K = Cg * KH * KW, WP = j->pl.WP;                        \
         const int64_t plane = R * WP, rowstep = q->dy * WP;                                        \
         const T *wg = (const T *)j->wpk + g * q->Og * K;                                           \
         const T *bg = j->bias ? (const T *)j->bias + g * q->Og : NULL;                             \
         T *og = (T *)j->out + (n * q->O + g * q->Og) * OHW;                                        \
-        const int64_t nv8 = tile_vectors(OW, VL, 2), nvs = tile_vectors(OW, VL, 4);                \
-        for (int64_t oy = a; oy < b; oy++) {                                                       \
-            const T *xrow = xp + (oy - a) * q->sy * WP;                                            \
+        const int64_t *tap = j->pl.tap;                                                            \
+        /* chunks of slots, every channel block over a chunk: its rows of x stay in L1 */          \
+        for (int64_t c0 = 0; c0 < sl->n; c0 += SLOT_CHUNK) {                                       \
+            const slots part = {.n = sl->n - c0 < SLOT_CHUNK ? sl->n - c0 : SLOT_CHUNK,            \
+                                .xo = sl->xo + c0, .oo = sl->oo + c0, .pw = sl->pw + c0};          \
             for (int64_t o0 = 0; o0 < q->Og;) {                                                    \
                 const int64_t nb = block_of(q->Og - o0);                                           \
-                const T *wb = wg + o0 * K;                                                         \
-                T *orow = og + o0 * OHW + oy * OW;                                                 \
-                switch (nb * 8 + (nb == 8 ? nv8 : nvs)) {                                          \
-                case 65: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 8, 1); break;                    \
-                case 66: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 8, 2); break;                    \
-                case 33: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 4, 1); break;                    \
-                case 34: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 4, 2); break;                    \
-                case 36: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 4, 4); break;                    \
-                case 25: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 3, 1); break;                    \
-                case 26: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 3, 2); break;                    \
-                case 28: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 3, 4); break;                    \
-                case 17: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 2, 1); break;                    \
-                case 18: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 2, 2); break;                    \
-                case 20: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 2, 4); break;                    \
-                case 9: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 1, 1); break;                     \
-                case 10: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 1, 2); break;                    \
-                default: DIRECT_TILES(T, V, VU, VL, LOADV, BCAST, 1, 4); break;                    \
+                const T *wb = wg + o0 * K, *b = bg ? bg + o0 : NULL;                               \
+                T *o = og + o0 * OHW;                                                              \
+                switch (nb) {                                                                      \
+                    DB_CASE(SUF, 1)                                                                \
+                    DB_CASE(SUF, 2)                                                                \
+                    DB_CASE(SUF, 3)                                                                \
+                    BLOCK_CASES_WIDE(SUF)                                                          \
+                default: DB_CALL(SUF, OBMAX_TOKEN); break;                                         \
                 }                                                                                  \
                 o0 += nb;                                                                          \
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    ATTR static void wgrad_block_##SUF(const geom *q, const void *xpv, int64_t plane,              \
-                                       const padded *pl, const void *gpv, int64_t OWp,             \
-                                       int64_t ob, double *dst) {                                  \
+    static void wgrad_block_##SUF(const geom *q, const void *xpv, int64_t plane,                   \
+                                  const padded *pl, const int64_t *koff, const void *gpv,          \
+                                  int64_t OWp, void *vaccv) {                                      \
         const int64_t WP = pl->WP;                                                                 \
         const T *xp = xpv, *gp = gpv;                                                              \
-        const int64_t KK = q->KH * q->KW, K = q->Cg * KK, GS = q->OH * OWp;                        \
-        for (int64_t k0 = 0; k0 < K; k0 += WT) {                                                   \
+        T *vacc = vaccv;                                                                           \
+        const int64_t K = q->Cg * q->KH * q->KW, GS = q->OH * OWp;                                 \
+        (void)plane;                                                                               \
+        for (int64_t k0 = 0; k0 < K; k0 += WT, vacc += WO * WT * VL) {                             \
             int64_t xoff[WT];                                                                      \
-            UNROLL for (int t = 0; t < WT; t++) {                                                  \
-                const int64_t k = k0 + t < K ? k0 + t : K - 1;                                     \
-                xoff[t] = (k / KK) * plane + ((k / q->KW) % q->KH) * q->dy * WP +                  \
-                          pl->tap[k % q->KW];                                                      \
-            }                                                                                      \
+            UNROLL for (int t = 0; t < WT; t++) xoff[t] = koff[k0 + t < K ? k0 + t : K - 1];       \
             V acc[WO][WT];                                                                         \
             UNROLL for (int i = 0; i < WO; i++)                                                    \
-                UNROLL for (int t = 0; t < WT; t++) acc[i][t] = (V){0};                            \
+                UNROLL for (int t = 0; t < WT; t++) acc[i][t] = *(VU *)(vacc + (i * WT + t) * VL); \
             for (int64_t oy = 0; oy < q->OH; oy++) {                                               \
                 const T *xr = xp + oy * q->sy * WP, *gr = gp + oy * OWp;                           \
                 for (int64_t ox = 0; ox < OWp; ox += VL) {                                         \
@@ -420,9 +477,16 @@ _Alignas(64) static const int64_t shuf_hi_8[3][8] = {
                         UNROLL for (int t = 0; t < WT; t++) acc[i][t] += gv[i] * xv[t];            \
                 }                                                                                  \
             }                                                                                      \
-            V red[WO * WT];                                                                        \
             UNROLL for (int i = 0; i < WO; i++)                                                    \
-                UNROLL for (int t = 0; t < WT; t++) red[i * WT + t] = acc[i][t];                   \
+                UNROLL for (int t = 0; t < WT; t++) *(VU *)(vacc + (i * WT + t) * VL) = acc[i][t]; \
+        }                                                                                          \
+    }                                                                                              \
+    /* dst[i*K + k] += the lane sums of vacc (wgrad_block's accumulators) for ob channels */       \
+    static void wgrad_finish_##SUF(int64_t K, const void *vaccv, int64_t ob, double *dst) {        \
+        const T *vacc = vaccv;                                                                     \
+        for (int64_t k0 = 0; k0 < K; k0 += WT, vacc += WO * WT * VL) {                             \
+            V red[WO * WT];                                                                        \
+            UNROLL for (int i = 0; i < WO * WT; i++) red[i] = *(const VU *)(vacc + i * VL);        \
             lanesum_##SUF(red);                                                                    \
             for (int64_t i = 0; i < ob; i++)                                                       \
                 for (int t = 0; t < WT && k0 + t < K; t++)                                         \
@@ -431,36 +495,60 @@ _Alignas(64) static const int64_t shuf_hi_8[3][8] = {
     }                                                                                              \
     CONV_FMA_END
 
+/* a call of the kernel of OB channels (in direct_rows) */
+#define DB_CALL2(SUF, OB)                                                                          \
+    dblock_##SUF##_##OB(xp, &part, wb, b, o, OHW, Cg, KH, KW, plane, rowstep, tap)
+#define DB_CALL(SUF, OB) DB_CALL2(SUF, OB)
+#define DB_CASE(SUF, OB)                                                                           \
+    case OB: DB_CALL(SUF, OB); break;
+/* slots a chunk */
+#define SLOT_CHUNK (4 * NV)
+#if OBMAX > 4
+#define OBMAX_TOKEN 8
+#define BLOCK_FNS_WIDE(T, V, VU, VL, SUF, LOADV, BCAST)                                            \
+    BLOCK_FN(T, V, VU, VL, SUF, LOADV, BCAST, 5)                                                   \
+    BLOCK_FN(T, V, VU, VL, SUF, LOADV, BCAST, 6)                                                   \
+    BLOCK_FN(T, V, VU, VL, SUF, LOADV, BCAST, 7)                                                   \
+    BLOCK_FN(T, V, VU, VL, SUF, LOADV, BCAST, 8)
+#define BLOCK_CASES_WIDE(SUF) DB_CASE(SUF, 4) DB_CASE(SUF, 5) DB_CASE(SUF, 6) DB_CASE(SUF, 7)
+#else
+#define OBMAX_TOKEN 4
+#define BLOCK_FNS_WIDE(T, V, VU, VL, SUF, LOADV, BCAST)
+#define BLOCK_CASES_WIDE(SUF)
+#endif
+
 /* Vector loads (unaligned) and broadcasts: plain C for the portable and AVX2 copies; for
  * AVX-512 pinned to registers, so that each loaded vector and broadcast weight is read once
  * per tap rather than folded into every FMA that uses it (which makes the loop load-bound). */
 #ifndef CONV_512
-#define LD_F32(d, p) ((d) = *(const v16fu *)(p))
-#define LD_F64(d, p) ((d) = *(const v8du *)(p))
-#define BC_F32(d, p) ((d) = (v16f){0} + *(p))
-#define BC_F64(d, p) ((d) = (v8d){0} + *(p))
+#define LD_F32(d, p) ((d) = *(const vfu *)(p))
+#define LD_F64(d, p) ((d) = *(const vdu *)(p))
+/* x - 0 is x for every x (x + 0 is not, for -0), so this is a plain broadcast from memory */
+#define BC_F32(d, p) ((d) = *(p) - (vf){0})
+#define BC_F64(d, p) ((d) = *(p) - (vd){0})
 #else
 #define LD_F32(d, p)                                                                               \
     do {                                                                                           \
-        (d) = *(const v16fu *)(p);                                                                 \
+        (d) = *(const vfu *)(p);                                                                   \
         __asm__("" : "+v"(d));                                                                     \
     } while (0)
 #define LD_F64(d, p)                                                                               \
     do {                                                                                           \
-        (d) = *(const v8du *)(p);                                                                  \
+        (d) = *(const vdu *)(p);                                                                   \
         __asm__("" : "+v"(d));                                                                     \
     } while (0)
 #define BC_F32(d, p) __asm__("vbroadcastss %1, %0" : "=v"(d) : "m"(*(p)))
 #define BC_F64(d, p) __asm__("vbroadcastsd %1, %0" : "=v"(d) : "m"(*(p)))
 #endif
 
-KERNELS(float, v16f, v16fu, v16i, 16, f32, , LD_F32, BC_F32)
-KERNELS(double, v8d, v8du, v8l, 8, f64, , LD_F64, BC_F64)
+KERNELS(float, vf, vfu, vfi, VLF, f32, LD_F32, BC_F32)
+KERNELS(double, vd, vdu, vdi, VLD, f64, LD_F64, BC_F64)
 
-typedef void (*rows_fn)(const direct_job *j, const void *xp, int64_t R, int64_t n, int64_t g,
-                        int64_t a, int64_t b);
+typedef void (*rows_fn)(const direct_job *j, const void *xp, const slots *sl, int64_t R,
+                        int64_t n, int64_t g);
 typedef void (*wgrad_fn)(const geom *q, const void *xp, int64_t plane, const padded *pl,
-                         const void *gp, int64_t OWp, int64_t ob, double *dst);
+                         const int64_t *koff, const void *gp, int64_t OWp, void *vacc);
+typedef void (*wfinish_fn)(int64_t K, const void *vacc, int64_t ob, double *dst);
 
 static rows_fn rows_kernel(em_dtype dt) {
     return dt == EM_F32 ? direct_rows_f32 : direct_rows_f64;
@@ -470,15 +558,20 @@ static wgrad_fn wgrad_kernel(em_dtype dt) {
     return dt == EM_F32 ? wgrad_block_f32 : wgrad_block_f64;
 }
 
+static wfinish_fn wgrad_finisher(em_dtype dt) {
+    return dt == EM_F32 ? wgrad_finish_f32 : wgrad_finish_f64;
+}
+
 /* Padded scratch per task is kept near this size (rows are padded in blocks). */
 #define PAD_BUDGET (512 * 1024)
 
 /* Work units: (n, g, oy) flattened. Each range pads the rows it needs, a block of output
- * rows at a time. */
+ * rows at a time, and runs every channel block over them. */
 static void direct_range(int64_t lo, int64_t hi, void *arg) {
     direct_job *j = arg;
     const geom *q = &j->q;
     const rows_fn rows = rows_kernel(j->elem == 4 ? EM_F32 : EM_F64);
+    const int64_t VL = VB / j->elem;
     const int64_t span = (q->KH - 1) * q->dy + 1; /* padded rows one output row reads */
     const int64_t row_bytes = q->Cg * j->pl.WP * j->elem;
     int64_t rb = (PAD_BUDGET / row_bytes - span) / q->sy + 1; /* output rows per block */
@@ -486,11 +579,17 @@ static void direct_range(int64_t lo, int64_t hi, void *arg) {
     if (rb > hi - lo) rb = hi - lo;
     if (rb > q->OH) rb = q->OH;
     const int64_t Rmax = (rb - 1) * q->sy + span;
+    const int64_t nslots = rb * ((q->OW + VL - 1) / VL);
     void *xp = cpu_scratch((size_t)(Rmax * row_bytes));
-    if (!xp) {
+    int64_t *sbuf = cpu_scratch((size_t)nslots * (2 * sizeof(int64_t) + sizeof(int32_t)));
+    if (!xp || !sbuf) {
         atomic_store_explicit(&j->failed, true, memory_order_relaxed);
+        if (xp) cpu_scratch_free(xp);
+        if (sbuf) cpu_scratch_free(sbuf);
         return;
     }
+    slots sl = {.xo = sbuf, .oo = sbuf + nslots, .pw = (int32_t *)(void *)(sbuf + 2 * nslots)};
+    int64_t sa = -1, sb = -1; /* the rows sl holds */
     for (int64_t u = lo; u < hi;) {
         const int64_t ng = u / q->OH, a = u % q->OH;
         int64_t b = a + (hi - u) < q->OH ? a + (hi - u) : q->OH;
@@ -502,10 +601,16 @@ static void direct_range(int64_t lo, int64_t hi, void *arg) {
             pad_rows_f32((const float *)j->x + src_off, xp, q, a * q->sy, R, &j->pl);
         else
             pad_rows_f64((const double *)j->x + src_off, xp, q, a * q->sy, R, &j->pl);
-        rows(j, xp, R, n, g, a, b);
+        if (a != sa || b != sb) {
+            slots_of(&sl, q, j->pl.WP, VL, a, b);
+            sa = a;
+            sb = b;
+        }
+        rows(j, xp, &sl, R, n, g);
         u += b - a;
     }
     cpu_scratch_free(xp);
+    cpu_scratch_free(sbuf);
 }
 
 /* Packs weights for the direct kernel. w_of(o, c, kh, kw) reads the forward-conv weight:
@@ -542,9 +647,9 @@ PACK(double, f64)
 static em_status conv_direct(const geom *q, em_dtype dt, const void *x, const void *w,
                              const void *bias, void *out, int flip) {
     const size_t elem = em_dtype_size(dt);
-    const int64_t VL = dt == EM_F32 ? 16 : 8, PW = 4 * VL; /* the widest tile */
+    const int64_t VL = VB / (int64_t)elem; /* a partial slot reads VL columns */
     direct_job j = {.q = *q, .x = x, .out = out, .bias = bias, .elem = (int64_t)elem};
-    j.pl = padded_layout(q, q->OW > PW ? q->OW : PW);
+    j.pl = padded_layout(q, q->OW > VL ? q->OW : VL);
     void *wpk = cpu_scratch((size_t)(q->O * q->Cg * q->KH * q->KW) * elem);
     if (!wpk) return oom();
     if (dt == EM_F32) pack_f32(w, wpk, q, flip);
@@ -575,21 +680,34 @@ static void wgrad_range(int64_t lo, int64_t hi, void *arg) {
     wgrad_job *j = arg;
     const geom *q = &j->q;
     const wgrad_fn kern = wgrad_kernel(j->elem == 4 ? EM_F32 : EM_F64);
+    const wfinish_fn finish = wgrad_finisher(j->elem == 4 ? EM_F32 : EM_F64);
     const int64_t K = q->Cg * q->KH * q->KW, plane = j->HP * j->pl.WP, GS = q->OH * j->OWp;
     const int64_t OHW = q->OH * q->OW;
+    /* a block's vector accumulators: [K/WT][WO*WT] vectors, summed over the unit's images */
+    const int64_t blk_acc = (K + WT - 1) / WT * WO * WT * VB; /* bytes */
+    const int64_t most = (j->nblk + j->P - 1) / j->P + 1;   /* blocks a unit */
     char *xp = cpu_scratch((size_t)(q->Cg * plane * j->elem));
     char *gp = cpu_scratch((size_t)(WO * GS * j->elem));
-    if (!xp || !gp) {
+    char *vacc = cpu_scratch((size_t)(most * blk_acc));
+    int64_t *koff = cpu_scratch((size_t)K * sizeof(int64_t));
+    if (!xp || !gp || !vacc || !koff) {
         atomic_store_explicit(&j->failed, true, memory_order_relaxed);
         if (xp) cpu_scratch_free(xp);
         if (gp) cpu_scratch_free(gp);
+        if (vacc) cpu_scratch_free(vacc);
+        if (koff) cpu_scratch_free(koff);
         return;
     }
+    /* tap k's offset in the padded rows (k = (c*KH + kh)*KW + kw) */
+    for (int64_t k = 0; k < K; k++)
+        koff[k] = (k / (q->KH * q->KW)) * plane + ((k / q->KW) % q->KH) * q->dy * j->pl.WP +
+                  j->pl.tap[k % q->KW];
     memset(gp, 0, (size_t)(WO * GS * j->elem)); /* row tails stay zero */
     for (int64_t u = lo; u < hi; u++) {
         const int64_t s = u / (q->G * j->P), g = (u / j->P) % q->G, p = u % j->P;
         const int64_t n0 = s * q->N / j->S, n1 = (s + 1) * q->N / j->S;
         const int64_t b0 = p * j->nblk / j->P, b1 = (p + 1) * j->nblk / j->P;
+        memset(vacc, 0, (size_t)((b1 - b0) * blk_acc));
         for (int64_t n = n0; n < n1; n++) {
             const size_t xoff = (size_t)((n * q->C + g * q->Cg) * q->H * q->W);
             if (j->elem == 4)
@@ -612,18 +730,25 @@ static void wgrad_range(int64_t lo, int64_t hi, void *arg) {
                         memcpy(dp + (size_t)(oy * j->OWp * j->elem),
                                sp + (size_t)(oy * q->OW * j->elem), (size_t)(q->OW * j->elem));
                 }
-                kern(q, xp, plane, &j->pl, gp, j->OWp, ob,
-                     j->part + s * q->O * K + (g * q->Og + o0) * K);
+                kern(q, xp, plane, &j->pl, koff, gp, j->OWp, vacc + (blk - b0) * blk_acc);
             }
+        }
+        /* the lane sums once a unit: each lane summed its images' terms in T */
+        for (int64_t blk = b0; blk < b1; blk++) {
+            const int64_t o0 = blk * WO, ob = q->Og - o0 < WO ? q->Og - o0 : WO;
+            finish(K, vacc + (blk - b0) * blk_acc, ob,
+                   j->part + s * q->O * K + (g * q->Og + o0) * K);
         }
     }
     cpu_scratch_free(xp);
     cpu_scratch_free(gp);
+    cpu_scratch_free(vacc);
+    cpu_scratch_free(koff);
 }
 
 static em_status wgrad_direct(const geom *q, em_dtype dt, const void *x, const void *gy,
                               void *gw) {
-    const int64_t elem = (int64_t)em_dtype_size(dt), VL = 64 / elem;
+    const int64_t elem = (int64_t)em_dtype_size(dt), VL = VB / elem;
     const int64_t K = q->Cg * q->KH * q->KW, OK = q->O * K;
     const int64_t nt = cpu_threads();
     wgrad_job j = {.q = *q, .x = x, .gy = gy, .elem = elem};
@@ -632,7 +757,10 @@ static em_status wgrad_direct(const geom *q, em_dtype dt, const void *x, const v
     j.HP = (q->OH - 1) * q->sy + (q->KH - 1) * q->dy + 1;
     j.nblk = (q->Og + WO - 1) / WO;
     j.S = q->N < 4 * nt ? q->N : 4 * nt;
-    while (j.S > 1 && j.S * OK * 8 > (64 << 20)) j.S--;
+    /* f32: a lane sums at most 8192 / VL terms in f32 (a weight 8192, WGRAD_F32_COLS) */
+    const int64_t least = dt == EM_F32 ? (q->N * q->OH * q->OW + 8191) / 8192 : 1;
+    if (j.S < least) j.S = least < q->N ? least : q->N;
+    while (j.S > least && j.S > 1 && j.S * OK * 8 > (64 << 20)) j.S--;
     j.P = (4 * nt + j.S * q->G - 1) / (j.S * q->G);
     if (j.P > j.nblk) j.P = j.nblk;
     if (j.P < 1) j.P = 1;
@@ -930,29 +1058,37 @@ static int conv_mode(void) {
     return m;
 }
 
-/* The direct kernels pay off only in the avx512 copy: the portable copy (which avx2 runs)
- * has no FMA and half-width vectors, and im2col + GEMM (OpenBLAS's AVX2 kernel, or ember's
- * own, gemm.c) ran a ResNet's 3x3 layers (C = 16..64 at 32x32, batch 16) 5-7 times faster
- * than it on an AMD EPYC with AVX2. */
+/* The direct kernels run at the avx2 and avx512 levels (the portable copy has no FMA and
+ * 16-byte vectors: im2col + GEMM there). With the level's own vector width and tiles they
+ * ran a ResNet's 3x3 layers (C = 16..64, 32x32 .. 8x8, batch 16) 1.1-1.7x faster than
+ * im2col + GEMM on an AMD EPYC (Zen 3, AVX2) (bench/conv_vs_torch.py). */
 static bool direct_level(void) {
     int m = conv_mode();
     if (m != CONV_AUTO) return m == CONV_DIRECT;
-    return CPU_ISA_LEVEL >= CPU_ISA_AVX512;
+    return CPU_ISA_LEVEL >= CPU_ISA_AVX2;
 }
 
-static bool use_direct(const geom *q, em_dtype dt) {
-    if (q->KW > MAX_KW || is_pointwise(q) || !direct_level()) return false;
+/* Whether the direct kernels should run q as a conv of its own; a phase of a strided
+ * transposed conv (convt_phases) may be 1x1. */
+static bool use_direct_of(const geom *q, em_dtype dt, bool phase) {
+    /* 1x1 kernels (any stride): a GEMM, im2col a cheap subsample */
+    if (q->KW > MAX_KW || (q->KH * q->KW == 1 && !phase) || !direct_level()) return false;
     /* narrow rows: tiles would mostly compute columns past OW */
-    const int64_t VL = dt == EM_F32 ? 16 : 8;
-    if (2 * q->OW < covered(q->OW, tile_vectors(q->OW, VL, 4) * VL)) return false;
+    const int64_t VL = VB / (int64_t)em_dtype_size(dt);
+    if (2 * q->OW < VL) return false;
     const int64_t K = q->Cg * q->KH * q->KW;
     return K <= 1536 || q->Og < 8;
 }
 
+static bool use_direct(const geom *q, em_dtype dt) { return use_direct_of(q, dt, false); }
+
 static bool use_direct_wgrad(const geom *q, em_dtype dt) {
     if (q->KW > MAX_KW || is_pointwise(q) || !direct_level()) return false;
-    const int64_t VL = dt == EM_F32 ? 16 : 8;
+    const int64_t VL = VB / (int64_t)em_dtype_size(dt);
     if (2 * q->OW < (q->OW + VL - 1) / VL * VL) return false;
+    /* each image's sums end in lane sums: planes under 1024 outputs ran slower than the GEMM
+     * over the batch (AMD EPYC, AVX2: 8x8 3.5x, 16x16 1.2x) */
+    if (q->OH * q->OW < 1024 && conv_mode() == CONV_AUTO) return false;
     return q->Cg * q->KH * q->KW <= 1152;
 }
 
@@ -1160,6 +1296,153 @@ static em_status convt_as_conv(const geom *q, em_dtype dt, const void *x, const 
     return s;
 }
 
+/* The taps of one output phase of a strided transposed conv along one axis: output index
+ * i = r + s*m (phase r) gets, from kernel taps k with k*d = r + p (mod s), the input at
+ * m + (r + p - k*d)/s. Those taps are k0, k0 + step, ... (J of them, step = s/gcd(s, d)), the
+ * inputs they read m + e0 - j*dd: a unit-stride conv of the input with the J taps reversed,
+ * dilation dd, padding (J-1)*dd - e0. n: the phase's outputs, ceil((size - r)/s). */
+typedef struct phase_axis {
+    int64_t k0, step, J, dd, pad, n;
+} phase_axis;
+
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static phase_axis phase_of(int64_t r, int64_t s, int64_t p, int64_t d, int64_t K, int64_t size) {
+    phase_axis ph = {.step = s / gcd64(s, d), .n = size > r ? (size - r + s - 1) / s : 0};
+    ph.dd = ph.step * d / s;
+    ph.k0 = -1;
+    for (int64_t k = 0; k < K && k < s; k++)
+        if (((k * d - r - p) % s + s) % s == 0) {
+            ph.k0 = k;
+            break;
+        }
+    if (ph.k0 < 0) return ph; /* J = 0: no tap reaches this phase */
+    ph.J = (K - 1 - ph.k0) / ph.step + 1;
+    const int64_t e0 = (r + p - ph.k0 * d) / s; /* exact */
+    ph.pad = (ph.J - 1) * ph.dd - e0;
+    return ph;
+}
+
+/* A transposed conv with strides as sy*sx unit-stride convs (one an output phase), each with
+ * the direct kernels into scratch, then scattered into out's phase: no col2im, no products
+ * of zeros. EMBER_CPU_CONV=direct only: on a ResNet's stride-2 input gradients (3x3, 16..64
+ * channels, 32x32 and 16x16 outputs; AMD EPYC, AVX2) it ran 1.0-1.5x slower than GEMM +
+ * col2im (the phases' 1x1 and 1x2 kernels have short sums, and each phase pads and
+ * scatters). q0 holds the shapes (x's as the input, out's as the output), w the transposed
+ * conv's weights [C_in, Og, KH, KW]. Returns false (nothing written) when a phase's conv is
+ * not for the direct kernels. */
+static bool convt_phases_apply(const geom *q0, const em_conv_args *a, em_dtype dt) {
+    for (int64_t ry = 0; ry < a->stride[0] && ry < q0->OH; ry++)
+        for (int64_t rx = 0; rx < a->stride[1] && rx < q0->OW; rx++) {
+            const phase_axis py = phase_of(ry, a->stride[0], a->padding[0], a->dilation[0],
+                                           q0->KH, q0->OH);
+            const phase_axis px = phase_of(rx, a->stride[1], a->padding[1], a->dilation[1],
+                                           q0->KW, q0->OW);
+            if (py.J == 0 || px.J == 0) continue;
+            geom q = *q0;
+            q.OH = py.n, q.OW = px.n, q.KH = py.J, q.KW = px.J, q.sy = q.sx = 1;
+            q.py = py.pad, q.px = px.pad, q.dy = py.dd, q.dx = px.dd;
+            if (!use_direct_of(&q, dt, true)) return false;
+        }
+    return true;
+}
+
+/* planes [lo, hi) of a phase's output (tmp, [N*O][n_h][n_w]) into out's phase (ry, rx) */
+typedef struct phase_scatter_job {
+    em_dtype dt;
+    const void *tmp;
+    void *out;
+    int64_t H, W, ry, rx, sy, sx, n_h, n_w;
+} phase_scatter_job;
+
+static void phase_scatter_range(int64_t lo, int64_t hi, void *arg) {
+    const phase_scatter_job *j = arg;
+    for (int64_t p = lo; p < hi; p++)
+        for (int64_t my = 0; my < j->n_h; my++) {
+            const int64_t d0 = (p * j->H + j->ry + my * j->sy) * j->W + j->rx;
+            const int64_t s0 = (p * j->n_h + my) * j->n_w;
+            if (j->dt == EM_F32) {
+                float *d = (float *)j->out + d0;
+                const float *t = (const float *)j->tmp + s0;
+                for (int64_t mx = 0; mx < j->n_w; mx++) d[mx * j->sx] = t[mx];
+            } else {
+                double *d = (double *)j->out + d0;
+                const double *t = (const double *)j->tmp + s0;
+                for (int64_t mx = 0; mx < j->n_w; mx++) d[mx * j->sx] = t[mx];
+            }
+        }
+}
+
+static em_status convt_phases(const geom *q0, const em_conv_args *a, em_dtype dt,
+                              const void *x, const void *w, const void *bias, void *out) {
+    const size_t elem = em_dtype_size(dt);
+    const int64_t N = q0->N, O = q0->O, H = q0->OH, W = q0->OW, KK = q0->KH * q0->KW;
+    const int64_t sy = a->stride[0], sx = a->stride[1];
+    const int64_t mh = (H + sy - 1) / sy, mw = (W + sx - 1) / sx;
+    void *tmp = cpu_scratch((size_t)(N * O * mh * mw) * elem);
+    void *wf = cpu_scratch((size_t)(O * q0->Cg * KK) * elem);
+    em_status s = EM_OK;
+    if (!tmp || !wf) s = oom();
+    for (int64_t ry = 0; ry < sy && ry < H && s == EM_OK; ry++)
+        for (int64_t rx = 0; rx < sx && rx < W && s == EM_OK; rx++) {
+            const phase_axis py = phase_of(ry, sy, a->padding[0], a->dilation[0], q0->KH, H);
+            const phase_axis px = phase_of(rx, sx, a->padding[1], a->dilation[1], q0->KW, W);
+            const int64_t n_h = py.n, n_w = px.n, P = n_h * n_w;
+            if (py.J == 0 || px.J == 0) { /* no taps: the bias (or zeros) */
+                for (int64_t n = 0; n < N; n++)
+                    for (int64_t o = 0; o < O; o++)
+                        for (int64_t my = 0; my < n_h; my++)
+                            for (int64_t mx = 0; mx < n_w; mx++) {
+                                const int64_t i =
+                                    ((n * O + o) * H + ry + my * sy) * W + rx + mx * sx;
+                                if (dt == EM_F32)
+                                    ((float *)out)[i] = bias ? ((const float *)bias)[o] : 0.0f;
+                                else
+                                    ((double *)out)[i] = bias ? ((const double *)bias)[o] : 0.0;
+                            }
+                continue;
+            }
+            geom q = *q0;
+            q.OH = n_h, q.OW = n_w, q.KH = py.J, q.KW = px.J, q.sy = q.sx = 1;
+            q.py = py.pad, q.px = px.pad, q.dy = py.dd, q.dx = px.dd;
+            /* the phase's forward weights [O, Cg, J_h, J_w]: wf[g*Og + o, c, jh, jw] =
+             * w[g*Cg + c, o, k0 + (J-1-jh)*step, ...] */
+            const int64_t KKp = q.KH * q.KW;
+            for (int64_t g = 0; g < q.G; g++)
+                for (int64_t o = 0; o < q.Og; o++)
+                    for (int64_t c = 0; c < q.Cg; c++)
+                        for (int64_t jh = 0; jh < q.KH; jh++)
+                            for (int64_t jw = 0; jw < q.KW; jw++) {
+                                const int64_t kh = py.k0 + (q.KH - 1 - jh) * py.step;
+                                const int64_t kw = px.k0 + (q.KW - 1 - jw) * px.step;
+                                const int64_t src =
+                                    ((g * q.Cg + c) * q.Og + o) * KK + kh * q0->KW + kw;
+                                const int64_t dst =
+                                    ((g * q.Og + o) * q.Cg + c) * KKp + jh * q.KW + jw;
+                                if (dt == EM_F32)
+                                    ((float *)wf)[dst] = ((const float *)w)[src];
+                                else
+                                    ((double *)wf)[dst] = ((const double *)w)[src];
+                            }
+            s = conv_direct(&q, dt, x, wf, bias, tmp, 0);
+            if (s != EM_OK) break;
+            phase_scatter_job sj = {.dt = dt, .tmp = tmp, .out = out, .H = H, .W = W, .ry = ry,
+                                    .rx = rx, .sy = sy, .sx = sx, .n_h = n_h, .n_w = n_w};
+            const int64_t grain = (1 << 14) / (P > 0 ? P : 1);
+            cpu_parallel_for(N * O, grain < 1 ? 1 : grain, phase_scatter_range, &sj);
+        }
+    if (tmp) cpu_scratch_free(tmp);
+    if (wf) cpu_scratch_free(wf);
+    return s;
+}
+
 static em_status convt_f(const em_view *out, const em_view *x, const em_view *w,
                          const em_view *bias, const em_conv_args *a) {
     inputs in;
@@ -1181,6 +1464,9 @@ static em_status convt_f(const em_view *out, const em_view *x, const em_view *w,
             s = conv_direct(&q, out->dtype, px, pw, pb, cpu_ptr(out), 1);
         else if (unit)
             s = convt_as_conv(&q, out->dtype, px, pw, pb, cpu_ptr(out));
+        else if (q.KH * q.KW > 1 && conv_mode() == CONV_DIRECT &&
+                 convt_phases_apply(&q, a, out->dtype))
+            s = convt_phases(&q, a, out->dtype, px, pw, pb, cpu_ptr(out));
         else
             s = convt_gemm(out, x, px, pw, pb, w, a);
     }

@@ -4,9 +4,8 @@
  *
  * The hot loops (elementwise.c, unary.c, compare.c, reduce.c, nn.c, conv.c, with kernels.c's
  * table) are compiled once per level, each copy with its level's compiler flags and its level's
- * name as a suffix of its entry points (CPU_K); conv.c has no avx2 copy (the portable one serves, see
- * kernels.c). The backend picks one level when it is first used, from the CPU and the
- * environment variable EMBER_CPU_ISA:
+ * name as a suffix of its entry points (CPU_K). The backend picks one level when it is first
+ * used, from the CPU and the environment variable EMBER_CPU_ISA:
  *   - unset, empty or `auto`: the best level the CPU (and this build) supports;
  *   - `portable`, `avx2`, `avx512` (any case): that level, or, when the CPU lacks it, the best
  *     supported level below it (never an instruction the CPU cannot run);

@@ -2,23 +2,7 @@
  * the per-level files, see isa.h): cpu_kernels_portable, cpu_kernels_avx2, ... */
 #include "cpu.h"
 
-/* conv.c has no avx2 copy: its direct kernels (64-byte GCC vectors, register-tiled) built for
- * AVX2 + FMA ran 1.1 to 1.5 times slower than their baseline build on an AMD EPYC (Zen, AVX2),
- * and the baseline build is what ran before there (GCC's resolver of the former
- * target_clones("arch=haswell", "default") matches the CPU model, not its features: that EPYC
- * ran the default copy). The avx512 copy has its own kernels. */
-#if CPU_ISA_LEVEL == CPU_ISA_AVX2
-#define CONV_K(name) name##_portable
-em_status cpu_conv2d_portable(void *ctx, const em_view *out, const em_view *x, const em_view *w,
-                              const em_view *bias, const em_conv_args *a);
-em_status cpu_conv2d_weight_grad_portable(void *ctx, const em_view *gw, const em_view *x,
-                                          const em_view *gy, const em_conv_args *a);
-em_status cpu_conv_transpose2d_portable(void *ctx, const em_view *out, const em_view *x,
-                                        const em_view *w, const em_view *bias,
-                                        const em_conv_args *a);
-#else
 #define CONV_K(name) CPU_K(name)
-#endif
 
 const cpu_kernels CPU_K(cpu_kernels) = {
     .isa = CPU_ISA_LEVEL,
