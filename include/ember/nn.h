@@ -236,6 +236,33 @@ em_status em_nn_layer_norm(int64_t size, em_module_opts *opts, em_module **out);
  *  same tensor that layer's weight (em_module_get, em_tensor_retain, em_module_add_param). */
 em_status em_nn_embedding(int64_t num_embeddings, int64_t dim, em_module_opts *opts,
                           em_module **out);
+/** The options of BatchNorm1d / BatchNorm2d (torch's defaults: eps 1e-5, momentum 0.1,
+ *  affine, tracking running statistics). */
+typedef struct em_nn_batch_norm_opts {
+    double eps;
+    double momentum; /* in [0, 1]: running = (1 - momentum) running + momentum batch */
+    bool affine;     /* weight (ones) and bias (zeros) parameters */
+    bool track_running_stats; /* buffers running_mean (zeros), running_var (ones) and
+                                 num_batches_tracked (i64, 0-d); without them eval normalizes
+                                 with the batch's statistics */
+} em_nn_batch_norm_opts;
+em_nn_batch_norm_opts em_nn_batch_norm_opts_default(void);
+/** Batch normalization over [N, C] or [N, C, L] (1d) or [N, C, H, W] (2d), as torch's
+ *  BatchNorm1d/2d: training forwards normalize with the batch's statistics (one fused pass)
+ *  and update the running ones in place; eval forwards use the running statistics. bn NULL:
+ *  em_nn_batch_norm_opts_default(). The buffers live on the inner device of opts' device. */
+em_status em_nn_batch_norm1d(int64_t num_features, const em_nn_batch_norm_opts *bn,
+                             em_module_opts *opts, em_module **out);
+em_status em_nn_batch_norm2d(int64_t num_features, const em_nn_batch_norm_opts *bn,
+                             em_module_opts *opts, em_module **out);
+/** Group normalization of [N, C, ...] (torch.nn.GroupNorm): num_groups divides num_channels;
+ *  weight (ones) and bias (zeros) [C] when affine. */
+em_status em_nn_group_norm(int64_t num_groups, int64_t num_channels, double eps, bool affine,
+                           em_module_opts *opts, em_module **out);
+/** RMS normalization over the last dim of size `size` (torch.nn.RMSNorm): weight (ones) when
+ *  affine. torch's default eps is the dtype's machine epsilon: pass it. */
+em_status em_nn_rms_norm(int64_t size, double eps, bool affine, em_module_opts *opts,
+                         em_module **out);
 em_status em_nn_relu(em_module **out);
 /** The exact (erf) GELU. */
 em_status em_nn_gelu(em_module **out);

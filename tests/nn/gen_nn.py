@@ -208,6 +208,36 @@ loss_case("sl1", lambda x: F.smooth_l1_loss(x, rt, beta=0.5, reduction="sum"), r
 loss_case("huber", lambda x: F.huber_loss(x, rt, delta=0.7), rx)
 loss_case("mse.none", lambda x: F.mse_loss(x, rt, reduction="none"), rx)
 
+# normalization layers (test_nn.c's test_norm_layers): BatchNorm's running statistics after
+# the training forward, and an eval forward of a second input with them
+def bn_case(name, mod, xshape):
+    layer_case(name, mod, xshape, ["weight", "bias"])
+    put(name + ".rm", mod.running_mean)
+    put(name + ".rv", mod.running_var)
+    mod.eval()
+    x2 = rnd(*xshape)
+    put(name + ".x2", x2)
+    put(name + ".y2", mod(x2))
+
+
+bn_case("bn2", nn.BatchNorm2d(3, momentum=0.2).double(), (4, 3, 5, 5))
+bn_case("bn1", nn.BatchNorm1d(4).double(), (6, 4))
+bn_case("bn1l", nn.BatchNorm1d(4).double(), (3, 4, 5))
+layer_case("gn", nn.GroupNorm(2, 6).double(), (3, 6, 4, 2), ["weight", "bias"])
+
+
+class RMS(nn.Module):
+    def __init__(self, n, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n, dtype=D))
+        self.eps = eps
+
+    def forward(self, x):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+layer_case("rms", RMS(5, 1e-6), (3, 2, 5), ["weight"])
+
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden_nn.txt")
 with open(path, "w") as f:
     f.write("# written by gen_nn.py (PyTorch %s, float64); do not edit\n" % torch.__version__)

@@ -304,6 +304,85 @@ static void test_more_layers(void **state) {
         }
 }
 
+static void expect_names(em_params *ps, const char *const *names, size_t n);
+
+/* BatchNorm1d/2d (the running statistics after a training forward, then an eval forward
+ * with them), GroupNorm, RMSNorm against PyTorch. */
+static void test_norm_layers(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    static const char *const wb[2] = {"weight", "bias"};
+    for (size_t di = 0; di < nd; di++)
+        for (int c = 0; c < 2; c++) {
+            em_device dev = ad_of(list[di], c ? EM_CKPT_BALANCED : EM_CKPT_DISABLED);
+            em_module_opts o = f64_opts(dev);
+            static const struct {
+                const char *name;
+                int dims, rank;
+                int64_t shape[4];
+                double momentum;
+            } bns[3] = {{"bn2", 2, 4, {4, 3, 5, 5}, 0.2},
+                        {"bn1", 1, 2, {6, 4, 0, 0}, 0.1},
+                        {"bn1l", 1, 3, {3, 4, 5, 0}, 0.1}};
+            for (int k = 0; k < 3; k++) {
+                em_nn_batch_norm_opts bo = em_nn_batch_norm_opts_default();
+                bo.momentum = bns[k].momentum;
+                em_module *m = NULL;
+                int64_t C = bns[k].shape[1];
+                assert_int_equal(bns[k].dims == 2 ? em_nn_batch_norm2d(C, &bo, &o, &m)
+                                                  : em_nn_batch_norm1d(C, &bo, &o, &m),
+                                 EM_OK);
+                run_layer(bns[k].name, m, bns[k].shape, bns[k].rank, wb, 2, dev);
+                expect_close(em_module_get(m, "running_mean"), ggetf("%s.%s", bns[k].name, "rm"),
+                             TOL, bns[k].name);
+                expect_close(em_module_get(m, "running_var"), ggetf("%s.%s", bns[k].name, "rv"),
+                             TOL, bns[k].name);
+                double nbt = 0;
+                assert_int_equal(em_tensor_item(em_module_get(m, "num_batches_tracked"), &nbt),
+                                 EM_OK);
+                assert_true(nbt == 1);
+                em_tensor *x2 = from(ggetf("%s.%s", bns[k].name, "x2"), bns[k].shape,
+                                     bns[k].rank, dev), *y2 = NULL;
+                assert_int_equal(em_module_forward(m, x2, false, &y2), EM_OK);
+                expect_close(y2, ggetf("%s.%s", bns[k].name, "y2"), TOL, bns[k].name);
+                em_params *bs = NULL;
+                assert_int_equal(em_params_create(&bs), EM_OK);
+                assert_int_equal(em_module_buffers(m, NULL, bs), EM_OK);
+                expect_names(bs, (const char *const[]){"running_mean", "running_var",
+                                                       "num_batches_tracked"}, 3);
+                em_params_release(bs);
+                em_tensor_release(y2);
+                em_tensor_release(x2);
+                em_module_release(m);
+            }
+            em_module *m = NULL;
+            assert_int_equal(em_nn_group_norm(2, 6, 1e-5, true, &o, &m), EM_OK);
+            run_layer("gn", m, (const int64_t[]){3, 6, 4, 2}, 4, wb, 2, dev);
+            em_module_release(m);
+            assert_int_equal(em_nn_rms_norm(5, 1e-6, true, &o, &m), EM_OK);
+            run_layer("rms", m, (const int64_t[]){3, 2, 5}, 3, wb, 1, dev);
+            em_module_release(m);
+        }
+    /* errors name the layer and its configuration */
+    em_device ref;
+    assert_int_equal(em_device_parse("ref", &ref), EM_OK);
+    em_module_opts o = em_module_opts_default(ref, 1);
+    em_module *m = NULL;
+    assert_int_equal(em_nn_batch_norm2d(3, NULL, &o, &m), EM_OK);
+    em_tensor *x = NULL, *y = NULL;
+    assert_int_equal(em_zeros((const int64_t[]){2, 4, 3, 3}, 4, EM_F32, ref, &x), EM_OK);
+    assert_int_equal(em_module_forward(m, x, true, &y), EM_ERR_SHAPE);
+    expect_error_contains("BatchNorm2d(3, eps 1e-05, momentum 0.1): the input must be");
+    em_tensor_release(x);
+    em_module_release(m);
+    assert_int_equal(em_nn_group_norm(4, 6, 1e-5, true, &o, &m), EM_ERR_ARG);
+    em_nn_batch_norm_opts bad = em_nn_batch_norm_opts_default();
+    bad.momentum = 2;
+    assert_int_equal(em_nn_batch_norm1d(3, &bad, &o, &m), EM_ERR_ARG);
+    assert_int_equal(em_nn_rms_norm(0, 1e-6, true, &o, &m), EM_ERR_ARG);
+}
+
 /* ---- a user's module: y = scale * inner(x) + offset, offset a buffer ---- */
 
 typedef struct scaled_data {
@@ -1218,7 +1297,7 @@ int main(void) {
         cmocka_unit_test(test_dropout_init_schedule), cmocka_unit_test(test_training),
         cmocka_unit_test(test_errors),      cmocka_unit_test(test_more_layers),
         cmocka_unit_test(test_module_interface), cmocka_unit_test(test_no_grad),
-        cmocka_unit_test(test_losses_ex),
+        cmocka_unit_test(test_losses_ex),   cmocka_unit_test(test_norm_layers),
     };
     return cmocka_run_group_tests(tests, load_golden, free_golden);
 }
