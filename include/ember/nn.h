@@ -263,6 +263,24 @@ em_status em_nn_group_norm(int64_t num_groups, int64_t num_channels, double eps,
  *  affine. torch's default eps is the dtype's machine epsilon: pass it. */
 em_status em_nn_rms_norm(int64_t size, double eps, bool affine, em_module_opts *opts,
                          em_module **out);
+/** Self-attention as torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias,
+ *  dropout=dropout, batch_first=True) called as mha(x, x, x): x [B, T, E] -> [B, T, E].
+ *  Parameters in_proj_weight [3E, E] (xavier uniform), in_proj_bias [3E] (zeros) and the
+ *  child Linear out_proj (bias zeros). causal: query t sees keys <= t. Dropout on the
+ *  attention weights in training forwards. num_heads must divide embed_dim. */
+em_status em_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, bool bias,
+                                    double dropout, bool causal, em_module_opts *opts,
+                                    em_module **out);
+/** A MultiheadAttention's forward with a key padding mask: bool [B, T], true where a key is
+ *  padding (not attended to). NULL: em_module_forward's behaviour. */
+em_status em_nn_mha_forward(em_module *m, const em_tensor *x, const em_tensor *key_padding_mask,
+                            bool training, em_tensor **y);
+/** A pre-LN transformer block: x + attn(ln1(x)), then + mlp(ln2(x)), mlp = Linear(E,
+ *  hidden), GELU, Linear(hidden, E) (and Dropout when dropout > 0); children ln1, attn, ln2,
+ *  mlp. */
+em_status em_nn_transformer_block(int64_t embed_dim, int64_t num_heads, int64_t hidden,
+                                  double dropout, bool causal, em_module_opts *opts,
+                                  em_module **out);
 em_status em_nn_relu(em_module **out);
 /** The exact (erf) GELU. */
 em_status em_nn_gelu(em_module **out);
