@@ -56,6 +56,14 @@ em_tensor *em_params_get(const em_params *p, size_t i);
 em_tensor **em_params_slot(const em_params *p, size_t i);
 /** The tensor of the entry named `name` (borrowed), or NULL when there is none. */
 em_tensor *em_params_find(const em_params *p, const char *name);
+/** Writes the set's tensors under their names to a safetensors file (em_safetensors_save). */
+em_status em_params_save(const em_params *p, const char *path);
+/** Reads a file em_params_save wrote into the set's tensors, in place (em_tensor_assign;
+ *  tracked leaves stay the same leaves). Strict: the file must hold exactly the set's names,
+ *  each with its tensor's shape and dtype; EM_ERR_IO (a missing or extra tensor, an unreadable
+ *  file), EM_ERR_SHAPE, EM_ERR_DTYPE; on error nothing is assigned unless moving a tensor to
+ *  its device fails midway. */
+em_status em_params_load(const em_params *p, const char *path);
 
 /* ======================================================================================
  * 2. Module options and initialization
@@ -192,13 +200,10 @@ em_status em_module_buffers(em_module *m, const char *prefix, em_params *buffers
 /** Parameters and buffers, per module (its parameters, its buffers, then its children), every
  *  name listed: what em_module_save writes (torch's state_dict). */
 em_status em_module_state(em_module *m, const char *prefix, em_params *state);
-/** Writes em_module_state to a safetensors file (em_safetensors_save). */
+/** Writes em_module_state to a safetensors file (em_params_save). */
 em_status em_module_save(em_module *m, const char *path);
 /** Reads a file em_module_save wrote into the module's parameters and buffers, in place
- *  (em_tensor_assign; tracked parameters stay the same leaves). Strict: the file must hold
- *  exactly the module's state, each tensor with its shape and dtype; EM_ERR_IO (a missing or
- *  extra tensor, an unreadable file), EM_ERR_SHAPE, EM_ERR_DTYPE; on error nothing is
- *  assigned unless moving a tensor to its device fails midway. */
+ *  (em_params_load on em_module_state: strict, nothing changed on error). */
 em_status em_module_load(em_module *m, const char *path);
 /** Frees the module, its children, its references to its tensors and its data. NULL is a
  *  no-op. */

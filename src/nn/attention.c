@@ -14,36 +14,16 @@ typedef struct mha_data {
     uint64_t seed; /* dropout's, advanced by each training forward */
 } mha_data;
 
-#define MAX_TMP 24
-
-typedef struct tmps {
-    em_tensor *t[MAX_TMP];
-    int n;
-} tmps;
-
-#define STEP(call, var)                                                                      \
-    do {                                                                                     \
-        if (s == EM_OK) {                                                                    \
-            var = NULL;                                                                      \
-            s = (call);                                                                      \
-            if (s == EM_OK) tm.t[tm.n++] = var;                                              \
-        }                                                                                    \
-    } while (0)
-
-static void tmps_free(tmps *a) {
-    for (int i = 0; i < a->n; i++) em_tensor_release(a->t[i]);
-}
-
 /* A [T, T] bool mask, true above the diagonal (the keys a query may not see). */
 static em_status causal_mask(int64_t T, em_device dev, em_tensor **out) {
-    tmps tm = {{0}, 0};
+    nn_tmps tm = {{0}, 0};
     em_status s = EM_OK;
     em_tensor *ar = NULL, *rows = NULL, *cols = NULL;
-    STEP(em_arange(0, (double)T, 1, EM_I64, dev, &ar), ar);
-    STEP(em_reshape(ar, (const int64_t[]){T, 1}, 2, &rows), rows);
-    STEP(em_reshape(ar, (const int64_t[]){1, T}, 2, &cols), cols);
+    NN_STEP(em_arange(0, (double)T, 1, EM_I64, dev, &ar), ar);
+    NN_STEP(em_reshape(ar, (const int64_t[]){T, 1}, 2, &rows), rows);
+    NN_STEP(em_reshape(ar, (const int64_t[]){1, T}, 2, &cols), cols);
     if (s == EM_OK) s = em_gt(cols, rows, out);
-    tmps_free(&tm);
+    nn_tmps_free(&tm);
     return s;
 }
 
@@ -68,13 +48,13 @@ em_status em_nn_mha_forward(em_module *m, const em_tensor *x, const em_tensor *k
         return em_backend_set_error(EM_ERR_SHAPE, "%s: key_padding_mask must be bool [%lld, "
                                     "%lld] (true: a padded key)", fn, (long long)B,
                                     (long long)T);
-    tmps tm = {{0}, 0};
+    nn_tmps tm = {{0}, 0};
     em_status s = EM_OK;
     em_tensor *wt = NULL, *qkv = NULL, *qkvb = NULL, *parts[3] = {NULL, NULL, NULL};
-    STEP(em_transpose(em_module_get(m, "in_proj_weight"), 0, 1, &wt), wt);
-    STEP(em_matmul(x, wt, &qkv), qkv);
+    NN_STEP(em_transpose(em_module_get(m, "in_proj_weight"), 0, 1, &wt), wt);
+    NN_STEP(em_matmul(x, wt, &qkv), qkv);
     em_tensor *b = em_module_get(m, "in_proj_bias");
-    if (b) STEP(em_add(qkv, b, &qkvb), qkvb);
+    if (b) NN_STEP(em_add(qkv, b, &qkvb), qkvb);
     size_t count = 0;
     if (s == EM_OK) {
         s = em_split(qkvb ? qkvb : qkv, E, 2, parts, 3, &count);
@@ -84,40 +64,40 @@ em_status em_nn_mha_forward(em_module *m, const em_tensor *x, const em_tensor *k
     em_tensor *heads[3] = {NULL, NULL, NULL};
     for (int i = 0; i < 3 && s == EM_OK; i++) {
         em_tensor *r = NULL;
-        STEP(em_reshape(parts[i], (const int64_t[]){B, T, H, D}, 4, &r), r);
-        STEP(em_transpose(r, 1, 2, &heads[i]), heads[i]);
+        NN_STEP(em_reshape(parts[i], (const int64_t[]){B, T, H, D}, 4, &r), r);
+        NN_STEP(em_transpose(r, 1, 2, &heads[i]), heads[i]);
     }
     em_tensor *kt = NULL, *sc = NULL, *scs = NULL, *masked = NULL, *att = NULL, *drop = NULL,
               *ctx = NULL, *ctxt = NULL, *ctxc = NULL, *merged = NULL;
-    STEP(em_transpose(heads[1], 2, 3, &kt), kt);
-    STEP(em_matmul(heads[0], kt, &sc), sc);
-    STEP(em_mul_scalar(sc, 1.0 / sqrt((double)D), &scs), scs);
+    NN_STEP(em_transpose(heads[1], 2, 3, &kt), kt);
+    NN_STEP(em_matmul(heads[0], kt, &sc), sc);
+    NN_STEP(em_mul_scalar(sc, 1.0 / sqrt((double)D), &scs), scs);
     em_tensor *cur = scs;
     if (d->causal && s == EM_OK) {
         em_tensor *cm = NULL;
-        STEP(causal_mask(T, em_device_inner(em_tensor_device(x)), &cm), cm);
-        STEP(em_masked_fill(cur, cm, -INFINITY, &masked), masked);
+        NN_STEP(causal_mask(T, em_device_inner(em_tensor_device(x)), &cm), cm);
+        NN_STEP(em_masked_fill(cur, cm, -INFINITY, &masked), masked);
         cur = masked;
     }
     if (key_padding_mask && s == EM_OK) {
         em_tensor *km = NULL, *m2 = NULL;
-        STEP(em_reshape(key_padding_mask, (const int64_t[]){B, 1, 1, T}, 4, &km), km);
-        STEP(em_masked_fill(cur, km, -INFINITY, &m2), m2);
+        NN_STEP(em_reshape(key_padding_mask, (const int64_t[]){B, 1, 1, T}, 4, &km), km);
+        NN_STEP(em_masked_fill(cur, km, -INFINITY, &m2), m2);
         cur = m2;
     }
-    STEP(em_softmax(cur, 3, &att), att);
+    NN_STEP(em_softmax(cur, 3, &att), att);
     em_tensor *a = att;
     if (training && d->dropout > 0) {
-        STEP(em_dropout(att, d->dropout, true, d->seed, &drop), drop);
+        NN_STEP(em_dropout(att, d->dropout, true, d->seed, &drop), drop);
         if (s == EM_OK) d->seed++;
         a = drop;
     }
-    STEP(em_matmul(a, heads[2], &ctx), ctx);
-    STEP(em_transpose(ctx, 1, 2, &ctxt), ctxt);
-    STEP(em_contiguous(ctxt, &ctxc), ctxc);
-    STEP(em_reshape(ctxc, (const int64_t[]){B, T, E}, 3, &merged), merged);
+    NN_STEP(em_matmul(a, heads[2], &ctx), ctx);
+    NN_STEP(em_transpose(ctx, 1, 2, &ctxt), ctxt);
+    NN_STEP(em_contiguous(ctxt, &ctxc), ctxc);
+    NN_STEP(em_reshape(ctxc, (const int64_t[]){B, T, E}, 3, &merged), merged);
     if (s == EM_OK) s = em_module_forward(em_module_child(m, "out_proj"), merged, training, y);
-    tmps_free(&tm);
+    nn_tmps_free(&tm);
     return s;
 }
 
@@ -188,15 +168,15 @@ em_status em_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, bool b
 static em_status block_forward(em_module *self, const em_tensor *x, bool training,
                                em_tensor **y) {
     em_status s = EM_OK;
-    tmps tm = {{0}, 0};
+    nn_tmps tm = {{0}, 0};
     em_tensor *h1 = NULL, *a = NULL, *x1 = NULL, *h2 = NULL, *f = NULL;
-    STEP(em_module_forward(em_module_child(self, "ln1"), x, training, &h1), h1);
-    STEP(em_module_forward(em_module_child(self, "attn"), h1, training, &a), a);
-    STEP(em_add(x, a, &x1), x1);
-    STEP(em_module_forward(em_module_child(self, "ln2"), x1, training, &h2), h2);
-    STEP(em_module_forward(em_module_child(self, "mlp"), h2, training, &f), f);
+    NN_STEP(em_module_forward(em_module_child(self, "ln1"), x, training, &h1), h1);
+    NN_STEP(em_module_forward(em_module_child(self, "attn"), h1, training, &a), a);
+    NN_STEP(em_add(x, a, &x1), x1);
+    NN_STEP(em_module_forward(em_module_child(self, "ln2"), x1, training, &h2), h2);
+    NN_STEP(em_module_forward(em_module_child(self, "mlp"), h2, training, &f), f);
     if (s == EM_OK) s = em_add(x1, f, y);
-    tmps_free(&tm);
+    nn_tmps_free(&tm);
     return s;
 }
 
