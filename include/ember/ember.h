@@ -218,6 +218,12 @@ em_status em_full_like(const em_tensor *x, double value, em_tensor **out);
  *  values truncated toward zero. */
 em_status em_arange(double start, double stop, double step, em_dtype dt, em_device dev,
                     em_tensor **out);
+/** steps values from start to end, both included, as torch.linspace (computed in f64, the
+ *  first half from start and the second from end); a float dtype. */
+em_status em_linspace(double start, double end, int64_t steps, em_dtype dt, em_device dev,
+                      em_tensor **out);
+/** [n, m] with ones on the diagonal (m < 0: m = n), any non-quantized dtype. */
+em_status em_eye(int64_t n, int64_t m, em_dtype dt, em_device dev, em_tensor **out);
 
 /** Adds a reference. NULL is a no-op. */
 void em_tensor_retain(em_tensor *t);
@@ -467,6 +473,23 @@ em_status em_var_dim(const em_tensor *x, int dim, int correction, bool keepdim,
                      em_tensor **out);
 em_status em_logsumexp(const em_tensor *x, em_tensor **out);
 em_status em_logsumexp_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out);
+/** Standard deviation: sqrt of em_var / em_var_dim. */
+em_status em_std(const em_tensor *x, int correction, em_tensor **out);
+em_status em_std_dim(const em_tensor *x, int dim, int correction, bool keepdim,
+                     em_tensor **out);
+/** Whether any / every element is nonzero (NaN counts as nonzero), over everything (a 0-d
+ *  bool) or along dim; any dtype but quantized. Not tracked. */
+em_status em_any(const em_tensor *x, em_tensor **out);
+em_status em_all(const em_tensor *x, em_tensor **out);
+em_status em_any_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out);
+em_status em_all_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out);
+/** The sum / mean over the n dims listed (any order, negative ones from the end, none twice:
+ *  EM_ERR_ARG), keeping them as size 1 when keepdim; n == 0 reduces everything (as torch's
+ *  dim=[]). */
+em_status em_sum_dims(const em_tensor *x, const int *dims, int n, bool keepdim,
+                      em_tensor **out);
+em_status em_mean_dims(const em_tensor *x, const int *dims, int n, bool keepdim,
+                       em_tensor **out);
 /** Running sum along dim (same shape). */
 em_status em_cumsum(const em_tensor *x, int dim, em_tensor **out);
 em_status em_softmax(const em_tensor *x, int dim, em_tensor **out);
@@ -485,6 +508,10 @@ em_status em_flatten(const em_tensor *x, int start_dim, int end_dim, em_tensor *
 /** perm is a permutation of 0..rank-1 (negative entries count from the end). */
 em_status em_permute(const em_tensor *x, const int *perm, int rank, em_tensor **out);
 em_status em_transpose(const em_tensor *x, int dim0, int dim1, em_tensor **out);
+/** The lower / upper triangle of the last two dims (torch.tril / triu): elements with col -
+ *  row <= diagonal (tril) or >= diagonal (triu) kept, the others 0. Rank >= 2. */
+em_status em_tril(const em_tensor *x, int64_t diagonal, em_tensor **out);
+em_status em_triu(const em_tensor *x, int64_t diagonal, em_tensor **out);
 /** Broadcasts x to `shape` (new leading dims allowed; -1 keeps a dim). Stride-0 view. */
 em_status em_expand(const em_tensor *x, const int64_t *shape, int rank, em_tensor **out);
 /** Python-style slice of one dim: start/stop are clamped like Python's (negative counts from

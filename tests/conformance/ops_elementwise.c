@@ -177,6 +177,23 @@ static em_status w_full_like(em_tensor *const *in, int nin, const conf_params *p
 }
 
 /* arange(start, stop, step, dtype) on the case's device. */
+static em_status w_eye(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                       int *nout) {
+    (void)in, (void)nin;
+    *nout = 1;
+    return em_eye(conf_int(p, "n", 0), conf_int(p, "m", -1),
+                  (em_dtype)conf_int(p, "dtype", EM_F32), p->dev, &out[0]);
+}
+
+static em_status w_linspace(em_tensor *const *in, int nin, const conf_params *p,
+                            em_tensor **out, int *nout) {
+    (void)in, (void)nin;
+    *nout = 1;
+    return em_linspace(conf_f64(p, "start", 0.0), conf_f64(p, "end", 0.0),
+                       conf_int(p, "steps", 0), (em_dtype)conf_int(p, "dtype", EM_F32), p->dev,
+                       &out[0]);
+}
+
 static em_status w_arange(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
                           int *nout) {
     (void)in, (void)nin;
@@ -198,7 +215,7 @@ const conf_op conf_ops_elementwise[] = {
     E(add_), E(sub_), E(mul_), E(div_), E(mul_scalar_), E(add_scalar_), E(relu_),
     E(eq), E(ne), E(lt), E(le), E(gt), E(ge), E(eq_scalar), E(lt_scalar), E(gt_scalar),
     E(logical_and), E(logical_or), E(where), E(masked_fill), E(cast),
-    E(full), E(full_like), E(arange),
+    E(full), E(full_like), E(arange), E(eye), E(linspace),
     E(tan), E(asin), E(acos), E(atan), E(sinh), E(cosh), E(expm1), E(log2), E(log10),
     E(isnan), E(isinf), E(isfinite), E(atan2), E(logical_xor), E(softplus), E(nan_to_num),
     E(clamp_tensor),

@@ -157,6 +157,20 @@ static em_status w_repeat(em_tensor *const *in, int nin, const conf_params *p, e
 
 /* ---- indexing ---- */
 
+static em_status w_tril(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                        int *nout) {
+    (void)nin;
+    *nout = 1;
+    return em_tril(in[0], conf_int(p, "diagonal", 0), &out[0]);
+}
+
+static em_status w_triu(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                        int *nout) {
+    (void)nin;
+    *nout = 1;
+    return em_triu(in[0], conf_int(p, "diagonal", 0), &out[0]);
+}
+
 static em_status w_gather(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
                           int *nout) {
     return one(em_gather(in[0], (int)conf_int(p, "dim", 0), in[1], &out[0]), nout);
@@ -237,5 +251,7 @@ const conf_op conf_ops_layout[] = {
     {"sort", w_sort},
     {"argsort", w_argsort},
     {"topk", w_topk},
+    {"tril", w_tril},
+    {"triu", w_triu},
     {NULL, NULL},
 };

@@ -49,6 +49,52 @@ static em_status w_var(em_tensor *const *in, int nin, const conf_params *p, em_t
     return em_var_dim(in[0], (int)dim, corr, conf_bool(p, "keepdim", false), &out[0]);
 }
 
+static em_status w_std(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                       int *nout) {
+    (void)nin;
+    int64_t dim = conf_int(p, "dim", NO_DIM);
+    int corr = (int)conf_int(p, "correction", 1);
+    *nout = 1;
+    if (dim == NO_DIM) return em_std(in[0], corr, &out[0]);
+    return em_std_dim(in[0], (int)dim, corr, conf_bool(p, "keepdim", false), &out[0]);
+}
+
+#define ANY_ALL_WRAPPER(op)                                                                  \
+    static em_status w_##op(em_tensor *const *in, int nin, const conf_params *p,             \
+                            em_tensor **out, int *nout) {                                    \
+        (void)nin;                                                                           \
+        int64_t dim = conf_int(p, "dim", NO_DIM);                                            \
+        *nout = 1;                                                                           \
+        if (dim == NO_DIM) return em_##op(in[0], &out[0]);                                   \
+        return em_##op##_dim(in[0], (int)dim, conf_bool(p, "keepdim", false), &out[0]);      \
+    }
+ANY_ALL_WRAPPER(any)
+ANY_ALL_WRAPPER(all)
+
+static em_status w_reduce_dims(em_tensor *const *in, const conf_params *p, em_tensor **out,
+                               int *nout, bool mean) {
+    int64_t d64[EM_MAX_RANK];
+    int dims[EM_MAX_RANK];
+    int n = conf_ints(p, "dims", d64, EM_MAX_RANK);
+    for (int i = 0; i < n; i++) dims[i] = (int)d64[i];
+    *nout = 1;
+    bool keep = conf_bool(p, "keepdim", false);
+    return mean ? em_mean_dims(in[0], dims, n < 0 ? 0 : n, keep, &out[0])
+                : em_sum_dims(in[0], dims, n < 0 ? 0 : n, keep, &out[0]);
+}
+
+static em_status w_sum_dims(em_tensor *const *in, int nin, const conf_params *p,
+                            em_tensor **out, int *nout) {
+    (void)nin;
+    return w_reduce_dims(in, p, out, nout, false);
+}
+
+static em_status w_mean_dims(em_tensor *const *in, int nin, const conf_params *p,
+                             em_tensor **out, int *nout) {
+    (void)nin;
+    return w_reduce_dims(in, p, out, nout, true);
+}
+
 static em_status w_cumsum(em_tensor *const *in, int nin, const conf_params *p,
                           em_tensor **out, int *nout) {
     (void)nin;
@@ -88,6 +134,11 @@ const conf_op conf_ops_reduce[] = {
     {"argmin", w_argmin},
     {"var", w_var},
     {"logsumexp", w_logsumexp},
+    {"std", w_std},
+    {"any", w_any},
+    {"all", w_all},
+    {"sum_dims", w_sum_dims},
+    {"mean_dims", w_mean_dims},
     {"cumsum", w_cumsum},
     {"softmax", w_softmax},
     {"log_softmax", w_log_softmax},

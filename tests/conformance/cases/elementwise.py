@@ -775,3 +775,27 @@ add("clamp_tensor", [T("f32", [1.0]), T("f64", [0.0]), T("f32", [2.0])], error="
 add("clamp_tensor", [T("f32", rnd((2,))), T("f32", rnd((3,)))], error="EM_ERR_SHAPE",
     tag="shape-err")
 add("clamp_tensor", [T("bool", [True]), T("bool", [False])], error="EM_ERR_DTYPE", tag="bool-err")
+
+# ---- eye and linspace (issue 14; composed in the core) ----
+for dt in ("f32", "f64", "i64", "bool", "bf16"):
+    add("eye", [], lambda n, m, dtype: np.eye(n, m), params={"n": 3, "m": 5, "dtype": dt}, tag=dt)
+add("eye", [], lambda n, m, dtype: np.eye(n), params={"n": 4, "m": -1, "dtype": "f32"},
+    tag="square")
+add("eye", [], params={"n": -1, "m": 2, "dtype": "f32"}, error="EM_ERR_ARG", tag="neg-err")
+
+
+def _linspace(start, end, steps, dtype):
+    # torch.linspace: the first half from start, the second from end, in float64
+    if steps == 1:
+        return np.array([start])
+    step = (end - start) / (steps - 1)
+    i = np.arange(steps, dtype=np.float64)
+    return np.where(i < steps // 2, start + step * i, end - step * (steps - 1 - i))
+
+
+for dt, (a, b, n) in (("f32", (0.0, 1.0, 11)), ("f64", (-3.0, 7.5, 6)), ("f16", (2.0, -2.0, 5)),
+                      ("bf16", (0.0, 10.0, 4)), ("f32", (1.0, 1.0, 1)), ("f32", (0.0, 1.0, 0))):
+    add("linspace", [], _linspace, params={"start": a, "end": b, "steps": n, "dtype": dt},
+        tag="%s-%d" % (dt, n))
+add("linspace", [], params={"start": 0.0, "end": 1.0, "steps": 3, "dtype": "i64"},
+    error="EM_ERR_DTYPE", tag="int-err")

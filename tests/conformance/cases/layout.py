@@ -617,3 +617,16 @@ for dt in ("f32", "f64", "f16", "bf16", "i64", "bool"):
         tag="%s-nchw-nhwc" % dt)
 add("permute", [T("f32", rnd((3, 40, 37)))], r_permute, params={"perm": [0, 2, 1]},
     tag="f32-transpose-tiles")
+
+# ---- tril / triu (issue 14; composed in the core from arange, a comparison and where) ----
+for op, f in (("tril", np.tril), ("triu", np.triu)):
+    for dt in ("f32", "f64", "f16", "bf16", "i64", "bool"):
+        v = rnd((4, 5)) if dt not in ("i64", "bool") else rndi((4, 5), -9, 9)
+        add(op, [T(dt, v != 0 if dt == "bool" else v)], lambda x, diagonal, f=f: f(x, diagonal),
+            params={"diagonal": 0}, tag=dt)
+    for k in (-2, 1, 7, -9):
+        add(op, [T("f32", rnd((2, 3, 4)))], lambda x, diagonal, f=f: f(x, diagonal),
+            params={"diagonal": k}, tag="batch-k%d" % k)
+    add(op, [T("f32", rnd((5, 3)), view=("transpose", 0, 1))],
+        lambda x, diagonal, f=f: f(x, diagonal), params={"diagonal": 0}, tag="view-transpose")
+    add(op, [T("f32", rnd((4,)))], params={"diagonal": 0}, error="EM_ERR_SHAPE", tag="1d-err")

@@ -107,6 +107,8 @@ def _out(op, dt):
     """The result dtype: sum/prod of ints and argmax/argmin give i64."""
     if op in ("argmax", "argmin"):
         return "i64"
+    if op in ("any", "all"):
+        return "bool"
     if op in ("sum", "prod", "cumsum") and dt not in FLOATS:
         return "i64"
     return dt
@@ -384,3 +386,58 @@ mm("linear_4d_partial_bcast", T("f32", rnd((2, 3, 9, 21))), T("f32", rnd((2, 1, 
    tol=K_TOL["f32"])
 mm("linear_4d_bcast_outer", T("f32", rnd((2, 3, 9, 21))), T("f32", rnd((3, 21, 17))),
    tol=K_TOL["f32"])
+
+
+# ---- issue 14's composed reductions (appended last, as above): std, any / all, and sums and
+# means over several dims ----
+def r_std(a, dim=None, keepdim=False, correction=1):
+    return np.sqrt(r_var(a, dim, keepdim, correction))
+
+
+def r_any(a, dim=None, keepdim=False):
+    return np.any(a != 0, axis=_axis(a, dim), keepdims=_keep(a, dim, keepdim))
+
+
+def r_all(a, dim=None, keepdim=False):
+    return np.all(a != 0, axis=_axis(a, dim), keepdims=_keep(a, dim, keepdim))
+
+
+def r_sum_dims(a, dims, keepdim=False):
+    return np.sum(a, axis=tuple(dims) if dims else None, keepdims=bool(keepdim))
+
+
+def r_mean_dims(a, dims, keepdim=False):
+    return np.mean(a, axis=tuple(dims) if dims else None, keepdims=bool(keepdim))
+
+
+REFS.update(std=r_std, any=r_any, all=r_all)
+for dt in FLOATS:
+    red("std", T(dt, rnd((3, 4))), "whole/" + dt, tol=HALF_TOL.get(dt))
+red("std", T("f32", rnd((4, 5))), "dim1_corr0", dim=1, correction=0)
+red("std", T("f64", rnd((2, 3, 4))), "dim0_keep/f64", dim=0, keepdim=True)
+red("std", T("f32", rnd((5, 4)), view=("transpose", 0, 1)), "view/transpose_dim1", dim=1)
+for op in ("any", "all"):
+    for dt in ("f32", "f64", "i64", "bool", "f16"):
+        vals = rnd((3, 4)) * (rnd((3, 4)) > 0)  # about half zeros
+        red(op, T(dt, vals != 0 if dt == "bool" else vals), "whole/" + dt)
+        red(op, T(dt, vals != 0 if dt == "bool" else vals), "dim1/" + dt, dim=1)
+    red(op, T("f32", np.ones((2, 3))), "ones_keep", dim=0, keepdim=True)
+    red(op, T("f32", [0.0, np.nan]), "nan")
+    red(op, T("f32", np.zeros((0, 3))), "empty/whole")
+    red(op, T("i32", rndi((4, 3), 0, 2)), "view/transpose_dim0", dim=0)
+_add("sum_dims", [T("f32", rnd((2, 3, 4)))], "02", r_sum_dims, params={"dims": [0, 2]})
+_add("sum_dims", [T("f64", rnd((2, 3, 4)))], "neg_keep", r_sum_dims,
+     params={"dims": [-1, 1], "keepdim": True})
+_add("sum_dims", [T("f32", rnd((2, 3, 4)), view=("permute", [2, 0, 1]))], "view_permute",
+     r_sum_dims, params={"dims": [1, 2]})
+_add("sum_dims", [T("i64", rndi((2, 3, 4), -5, 5))], "i64_all", r_sum_dims,
+     params={"dims": [0, 1, 2]}, out="i64")
+_add("sum_dims", [T("f32", rnd((2, 3)))], "repeat", params={"dims": [1, -1]},
+     error="EM_ERR_ARG")
+_add("sum_dims", [T("f32", rnd((2, 3)))], "out_of_range", params={"dims": [2]},
+     error="EM_ERR_ARG")
+for dt in FLOATS:
+    _add("mean_dims", [T(dt, rnd((4, 3, 5)))], "02/" + dt, r_mean_dims, params={"dims": [0, 2]},
+         tol=HALF_TOL.get(dt))
+_add("mean_dims", [T("f32", rnd((16, 3, 4, 4)))], "bn_stats_keep", r_mean_dims,
+     params={"dims": [0, 2, 3], "keepdim": True})

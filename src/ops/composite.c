@@ -1,0 +1,249 @@
+/* composite.c — ops the core composes from other ops on every backend (so that each backend
+ * and autodiff get them from the slots they already have): tril, triu, eye, linspace, std,
+ * any / all, and sums and means over several dims at once. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+typedef struct cp_tmps {
+    em_tensor *t[16];
+    int n;
+} cp_tmps;
+
+static void cp_free(cp_tmps *a) {
+    for (int i = 0; i < a->n; i++) em_tensor_release(a->t[i]);
+}
+
+/* With `em_status s` and `cp_tmps tm` in scope: s = call (writing var) while s is EM_OK. */
+#define CP(call, var)                                                                        \
+    do {                                                                                     \
+        if (s == EM_OK) {                                                                    \
+            var = NULL;                                                                      \
+            s = (call);                                                                      \
+            if (s == EM_OK) tm.t[tm.n++] = var;                                              \
+        }                                                                                    \
+    } while (0)
+
+static em_device cp_inner(em_device d) {
+    d.autodiff = false;
+    d.checkpointing = EM_CKPT_NONE;
+    return d;
+}
+
+/* col - row as i64 [R, C] on dev */
+static em_status cp_diag_offsets(int64_t R, int64_t C, em_device dev, em_tensor **out) {
+    cp_tmps tm = {{0}, 0};
+    em_status s = EM_OK;
+    em_tensor *ar = NULL, *ac = NULL, *rows = NULL, *cols = NULL;
+    CP(em_arange(0, (double)R, 1, EM_I64, dev, &ar), ar);
+    CP(em_arange(0, (double)C, 1, EM_I64, dev, &ac), ac);
+    CP(em_reshape(ar, (const int64_t[]){R, 1}, 2, &rows), rows);
+    CP(em_reshape(ac, (const int64_t[]){1, C}, 2, &cols), cols);
+    if (s == EM_OK) s = em_sub(cols, rows, out);
+    cp_free(&tm);
+    return s;
+}
+
+static em_status cp_tri(const char *fn, const em_tensor *x, int64_t diagonal, bool lower,
+                        em_tensor **out) {
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_tensor(fn, "x", x));
+    EMI_TRY(emi_check_not_quantized(fn, x));
+    const int r = x->v.rank;
+    if (r < 2)
+        return emi_fail(EM_ERR_SHAPE, "%s: x must have rank >= 2, got %d", fn, r);
+    cp_tmps tm = {{0}, 0};
+    em_status s = EM_OK;
+    em_tensor *off = NULL, *keep = NULL, *zero = NULL;
+    const em_device in = cp_inner(x->dev);
+    CP(cp_diag_offsets(x->v.shape[r - 2], x->v.shape[r - 1], in, &off), off);
+    /* lower: col - row <= k; upper: col - row >= k (k clamped: the offsets fit in int64) */
+    double k = (double)diagonal;
+    CP(lower ? em_lt_scalar(off, k + 1, &keep) : em_gt_scalar(off, k - 1, &keep), keep);
+    CP(em_zeros(NULL, 0, x->dtype, in, &zero), zero);
+    if (s == EM_OK) s = em_where(keep, x, zero, out);
+    cp_free(&tm);
+    return s;
+}
+
+em_status em_tril(const em_tensor *x, int64_t diagonal, em_tensor **out) {
+    return cp_tri("em_tril", x, diagonal, true, out);
+}
+
+em_status em_triu(const em_tensor *x, int64_t diagonal, em_tensor **out) {
+    return cp_tri("em_triu", x, diagonal, false, out);
+}
+
+em_status em_eye(int64_t n, int64_t m, em_dtype dt, em_device dev, em_tensor **out) {
+    static const char fn[] = "em_eye";
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_device(fn, dev));
+    if (m < 0) m = n;
+    if (n < 0) return emi_fail(EM_ERR_ARG, "%s: n must be >= 0, got %lld", fn, (long long)n);
+    if (emi_kind(dt) == EM_KIND_QUANTIZED || em_dtype_size(dt) == 0)
+        return emi_fail(EM_ERR_DTYPE, "%s: %s is not a dtype eye can make", fn,
+                        em_dtype_name(dt));
+    cp_tmps tm = {{0}, 0};
+    em_status s = EM_OK;
+    em_tensor *off = NULL, *d = NULL;
+    CP(cp_diag_offsets(n, m, cp_inner(dev), &off), off);
+    CP(em_eq_scalar(off, 0, &d), d);
+    em_tensor *moved = NULL;
+    CP(em_to_device(d, dev, &moved), moved);
+    if (s == EM_OK) s = em_cast(moved, dt, out);
+    cp_free(&tm);
+    return s;
+}
+
+em_status em_linspace(double start, double end, int64_t steps, em_dtype dt, em_device dev,
+                      em_tensor **out) {
+    static const char fn[] = "em_linspace";
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_device(fn, dev));
+    if (steps < 0)
+        return emi_fail(EM_ERR_ARG, "%s: steps must be >= 0, got %lld", fn, (long long)steps);
+    if (emi_kind(dt) != EM_KIND_FLOAT || em_dtype_size(dt) == 0)
+        return emi_fail(EM_ERR_DTYPE, "%s: a float dtype, got %s", fn, em_dtype_name(dt));
+    if (!isfinite(start) || !isfinite(end))
+        return emi_fail(EM_ERR_ARG, "%s: start and end must be finite, got %g and %g", fn, start,
+                        end);
+    /* torch's: step = (end - start) / (steps - 1); the first half start + i step, the second
+     * end - (steps - 1 - i) step (both ends exact), computed in f64 */
+    cp_tmps tm = {{0}, 0};
+    em_status s = EM_OK;
+    const double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
+    const em_device in = cp_inner(dev);
+    em_tensor *i = NULL, *lo = NULL, *lo2 = NULL, *back = NULL, *hi = NULL, *hi2 = NULL,
+              *first = NULL, *v = NULL, *moved = NULL;
+    CP(em_arange(0, (double)steps, 1, EM_F64, in, &i), i);
+    CP(em_mul_scalar(i, step, &lo), lo);
+    CP(em_add_scalar(lo, start, &lo2), lo2);
+    CP(em_sub_scalar(i, (double)(steps - 1), &back), back); /* i - (steps - 1) <= 0 */
+    CP(em_mul_scalar(back, step, &hi), hi);
+    CP(em_add_scalar(hi, end, &hi2), hi2);
+    CP(em_lt_scalar(i, (double)(steps / 2), &first), first);
+    CP(em_where(first, lo2, hi2, &v), v);
+    CP(em_to_device(v, dev, &moved), moved);
+    if (s == EM_OK) s = em_cast(moved, dt, out);
+    cp_free(&tm);
+    return s;
+}
+
+em_status em_std(const em_tensor *x, int correction, em_tensor **out) {
+    em_tensor *v = NULL;
+    EMI_TRY(em_var(x, correction, &v));
+    em_status s = em_sqrt(v, out);
+    em_tensor_release(v);
+    return s;
+}
+
+em_status em_std_dim(const em_tensor *x, int dim, int correction, bool keepdim,
+                     em_tensor **out) {
+    em_tensor *v = NULL;
+    EMI_TRY(em_var_dim(x, dim, correction, keepdim, &v));
+    em_status s = em_sqrt(v, out);
+    em_tensor_release(v);
+    return s;
+}
+
+/* The count of nonzero elements (i64) over everything (dim < 0, all) or along dim. */
+static em_status cp_count(const char *fn, const em_tensor *x, bool all_dims, int dim,
+                          bool keepdim, em_tensor **out, int64_t *n) {
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_tensor(fn, "x", x));
+    EMI_TRY(emi_check_not_quantized(fn, x));
+    int d = 0;
+    if (!all_dims) {
+        if (x->v.rank == 0) return emi_fail(EM_ERR_SHAPE, "%s: x is 0-d: no dim %d", fn, dim);
+        EMI_TRY(emi_norm_dim(fn, dim, x->v.rank, &d));
+        *n = x->v.shape[d];
+    } else {
+        *n = em_tensor_numel(x);
+    }
+    cp_tmps tm = {{0}, 0};
+    em_status s = EM_OK;
+    em_tensor *b = NULL, *c = NULL, *plain = NULL;
+    /* a bool is a value, never tracked: the count is computed on x's values */
+    CP(em_tensor_detach(x, &plain), plain);
+    CP(em_cast(plain, EM_BOOL, &b), b);
+    CP(em_cast(b, EM_I64, &c), c);
+    if (s == EM_OK) s = all_dims ? em_sum(c, out) : em_sum_dim(c, d, keepdim, out);
+    cp_free(&tm);
+    return s;
+}
+
+static em_status cp_any_all(const char *fn, const em_tensor *x, bool all_dims, int dim,
+                            bool keepdim, bool all, em_tensor **out) {
+    em_tensor *cnt = NULL;
+    int64_t n = 0;
+    EMI_TRY(cp_count(fn, x, all_dims, dim, keepdim, &cnt, &n));
+    em_status s = all ? em_eq_scalar(cnt, (double)n, out) : em_gt_scalar(cnt, 0, out);
+    em_tensor_release(cnt);
+    return s;
+}
+
+em_status em_any(const em_tensor *x, em_tensor **out) {
+    return cp_any_all("em_any", x, true, 0, false, false, out);
+}
+em_status em_all(const em_tensor *x, em_tensor **out) {
+    return cp_any_all("em_all", x, true, 0, false, true, out);
+}
+em_status em_any_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out) {
+    return cp_any_all("em_any_dim", x, false, dim, keepdim, false, out);
+}
+em_status em_all_dim(const em_tensor *x, int dim, bool keepdim, em_tensor **out) {
+    return cp_any_all("em_all_dim", x, false, dim, keepdim, true, out);
+}
+
+/* sum or mean over dims[0..n) (any order, negative from the end, no repeats): one reduction a
+ * dim, innermost first, keepdim, then the kept dims dropped unless keepdim */
+static em_status cp_reduce_dims(const char *fn, const em_tensor *x, const int *dims, int n,
+                                bool keepdim, bool mean, em_tensor **out) {
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_tensor(fn, "x", x));
+    if (n < 0 || (n > 0 && !dims))
+        return emi_fail(EM_ERR_ARG, "%s: %d dims at %p", fn, n, (const void *)dims);
+    if (n == 0) return mean ? em_mean(x, out) : em_sum(x, out);
+    const int r = x->v.rank;
+    bool used[EM_MAX_RANK] = {false};
+    for (int i = 0; i < n; i++) {
+        int d;
+        EMI_TRY(emi_norm_dim(fn, dims[i], r, &d));
+        if (used[d]) return emi_fail(EM_ERR_ARG, "%s: dim %d appears twice", fn, d);
+        used[d] = true;
+    }
+    em_tensor *cur = (em_tensor *)x;
+    em_tensor_retain(cur);
+    em_status s = EM_OK;
+    for (int d = r - 1; d >= 0 && s == EM_OK; d--) {
+        if (!used[d]) continue;
+        em_tensor *next = NULL;
+        s = mean ? em_mean_dim(cur, d, true, &next) : em_sum_dim(cur, d, true, &next);
+        em_tensor_release(cur);
+        cur = s == EM_OK ? next : NULL;
+    }
+    if (s != EM_OK) return s;
+    if (keepdim) {
+        *out = cur;
+        return EM_OK;
+    }
+    int64_t shape[EM_MAX_RANK];
+    int k = 0;
+    for (int d = 0; d < r; d++)
+        if (!used[d]) shape[k++] = x->v.shape[d];
+    s = em_reshape(cur, shape, k, out);
+    em_tensor_release(cur);
+    return s;
+}
+
+em_status em_sum_dims(const em_tensor *x, const int *dims, int n, bool keepdim,
+                      em_tensor **out) {
+    return cp_reduce_dims("em_sum_dims", x, dims, n, keepdim, false, out);
+}
+
+em_status em_mean_dims(const em_tensor *x, const int *dims, int n, bool keepdim,
+                       em_tensor **out) {
+    return cp_reduce_dims("em_mean_dims", x, dims, n, keepdim, true, out);
+}
