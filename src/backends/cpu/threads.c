@@ -17,13 +17,22 @@
 void openblas_set_num_threads(int n);
 #endif
 
+/* The job word: bits 63..33 the job's generation, bit 32 set while the job is open to
+ * workers, bits 31..0 the workers inside it. A worker joins only an open job of the
+ * generation it saw, in one compare-and-swap, so a worker that wakes late (descheduled on a
+ * busy machine) never runs a job that is over, and the caller, once it has run the chunks
+ * left, closes the job and waits only for the workers that joined: not for one that has not
+ * woken yet. */
+#define JOB_OPEN (1ull << 32)
+#define JOB_ACTIVE 0xffffffffull
+#define JOB_GEN(w) ((w) >> 33)
+
 typedef struct cpu_pool {
-    pthread_mutex_t lock;        /* guards the job fields and the counters below */
+    pthread_mutex_t lock;        /* guards the sleeps and wake-ups on the conditions */
     pthread_cond_t wake, idle;
     pthread_mutex_t submit;      /* held by the thread whose job runs */
     int nthreads;                /* including the caller */
-    atomic_ulong gen;            /* bumped for each job */
-    atomic_int pending;          /* workers still in the current job */
+    atomic_ulong job;            /* the job word above */
     cpu_range_fn fn;
     void *arg;
     int64_t n, chunk;
@@ -64,11 +73,11 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Spins until *v != value or the spin time is over; true when it changed. */
-static bool spin_while_ulong(atomic_ulong *v, unsigned long value) {
+/* Spins until done(word) or the spin time is over; true when done. */
+static bool spin_until(bool (*done)(unsigned long w, unsigned long arg), unsigned long arg) {
     double t0 = 0;
     for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(v, memory_order_acquire) != value) return true;
+        if (done(atomic_load_explicit(&pool.job, memory_order_acquire), arg)) return true;
         cpu_relax();
         if ((i & 255) == 0) {
             double t = mono_ns();
@@ -78,32 +87,34 @@ static bool spin_while_ulong(atomic_ulong *v, unsigned long value) {
     }
 }
 
-static bool spin_while_busy(atomic_int *v) {
-    double t0 = 0;
-    for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(v, memory_order_acquire) == 0) return true;
-        cpu_relax();
-        if ((i & 255) == 0) {
-            double t = mono_ns();
-            if (t0 == 0) t0 = t;
-            else if (t - t0 > CPU_SPIN_NS) return false;
-        }
-    }
+static bool new_gen(unsigned long w, unsigned long seen) { return JOB_GEN(w) != seen; }
+static bool none_inside(unsigned long w, unsigned long unused) {
+    (void)unused;
+    return (w & JOB_ACTIVE) == 0;
 }
 
 static void *worker(void *unused) {
     (void)unused;
     unsigned long seen = 0;
     for (;;) {
-        if (!spin_while_ulong(&pool.gen, seen)) {
+        if (!spin_until(new_gen, seen)) {
             pthread_mutex_lock(&pool.lock);
-            while (atomic_load_explicit(&pool.gen, memory_order_acquire) == seen)
+            while (!new_gen(atomic_load_explicit(&pool.job, memory_order_acquire), seen))
                 pthread_cond_wait(&pool.wake, &pool.lock);
             pthread_mutex_unlock(&pool.lock);
         }
-        seen = atomic_load_explicit(&pool.gen, memory_order_acquire);
+        /* join the job if it is still open (else it is over: wait for the next one) */
+        unsigned long w = atomic_load_explicit(&pool.job, memory_order_acquire);
+        seen = JOB_GEN(w);
+        bool joined = false;
+        while ((w & JOB_OPEN) && JOB_GEN(w) == seen && !joined)
+            joined = atomic_compare_exchange_weak_explicit(&pool.job, &w, w + 1,
+                                                           memory_order_acq_rel,
+                                                           memory_order_acquire);
+        if (!joined) continue;
         run_chunks();
-        if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1) {
+        w = atomic_fetch_sub_explicit(&pool.job, 1, memory_order_acq_rel) - 1;
+        if ((w & JOB_ACTIVE) == 0 && !(w & JOB_OPEN)) { /* the last one out of a closed job */
             pthread_mutex_lock(&pool.lock);
             pthread_cond_signal(&pool.idle);
             pthread_mutex_unlock(&pool.lock);
@@ -156,15 +167,18 @@ void cpu_parallel_for(int64_t n, int64_t grain, cpu_range_fn fn, void *arg) {
     pool.n = n;
     pool.chunk = chunk;
     atomic_store_explicit(&pool.next, 0, memory_order_relaxed);
-    atomic_store_explicit(&pool.pending, nt - 1, memory_order_relaxed);
+    /* no worker is inside a job now (the last caller waited for them): publish this one */
+    unsigned long gen = JOB_GEN(atomic_load_explicit(&pool.job, memory_order_relaxed)) + 1;
     pthread_mutex_lock(&pool.lock);
-    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release); /* publishes the job */
+    atomic_store_explicit(&pool.job, (gen << 33) | JOB_OPEN, memory_order_release);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
     run_chunks();
-    if (!spin_while_busy(&pool.pending)) {
+    /* every chunk is taken: close the job, then wait for the workers that joined it */
+    atomic_fetch_and_explicit(&pool.job, ~JOB_OPEN, memory_order_acq_rel);
+    if (!spin_until(none_inside, 0)) {
         pthread_mutex_lock(&pool.lock);
-        while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0)
+        while (!none_inside(atomic_load_explicit(&pool.job, memory_order_acquire), 0))
             pthread_cond_wait(&pool.idle, &pool.lock);
         pthread_mutex_unlock(&pool.lock);
     }
