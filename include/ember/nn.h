@@ -380,6 +380,49 @@ double em_optimizer_lr(const em_optimizer *opt);
 /** Frees the optimizer and its state. NULL is a no-op. */
 void em_optimizer_release(em_optimizer *opt);
 
+/* ---- parameter groups (torch's param_groups) ----
+ * The parameters given at creation are group 0, with the creation's lr and weight decay;
+ * each em_optimizer_add_group appends a group with its own. em_optimizer_set_lr sets every
+ * group's lr; em_optimizer_lr reads group 0's. */
+
+/** Appends the parameters of `params` (slots copied, as at creation) as a new group with its
+ *  own lr and weight_decay (the other hyperparameters are the optimizer's). EM_ERR_ARG for
+ *  NULL opt or params, lr < 0, weight_decay < 0, or a parameter (slot) or name already in
+ *  the optimizer; nothing changes on error. */
+em_status em_optimizer_add_group(em_optimizer *opt, const em_params *params, double lr,
+                                 double weight_decay);
+/** The number of groups (0 for NULL). */
+size_t em_optimizer_group_count(const em_optimizer *opt);
+/** Sets one group's lr. EM_ERR_ARG for NULL opt, a group out of range or lr < 0. */
+em_status em_optimizer_set_group_lr(em_optimizer *opt, size_t group, double lr);
+/** A group's lr and weight decay (0 for NULL or a group out of range). */
+double em_optimizer_group_lr(const em_optimizer *opt, size_t group);
+double em_optimizer_group_weight_decay(const em_optimizer *opt, size_t group);
+
+/* ---- state: resuming training exactly ---- */
+
+/** Appends the optimizer's state to out (a parameter set: entries refer to the optimizer's
+ *  own slots, valid until its next step, load or release), per parameter in order, named
+ *  after the parameter's name in the optimizer:
+ *    "<name>.step"             0-d i64, the updates the parameter received (always listed);
+ *    "<name>.momentum_buffer"  SGD with momentum;
+ *    "<name>.exp_avg", "<name>.exp_avg_sq"   Adam and AdamW,
+ *  each of the parameter's shape and dtype, on its inner device, and listed once it exists
+ *  (after the parameter's first update). Hyperparameters (lr, groups) are not state: the
+ *  program that resumes sets them. EM_ERR_ARG for NULL; EM_ERR_STATE when a parameter's
+ *  slot is empty; the errors of em_params_add. */
+em_status em_optimizer_state(em_optimizer *opt, em_params *out);
+/** Writes em_optimizer_state to a safetensors file (em_safetensors_save). With em_module_save
+ *  of the model, what resuming needs. */
+em_status em_optimizer_save(em_optimizer *opt, const char *path);
+/** Reads a file em_optimizer_save wrote, for an optimizer of the same kind over parameters
+ *  of the same names, shapes and dtypes (e.g. a fresh one over a freshly loaded model): the
+ *  next steps are those the saved optimizer would have taken. Strict: every "<name>.step"
+ *  must be there, the moments of each parameter whose step is > 0 too, and nothing else;
+ *  EM_ERR_IO (a missing or extra tensor, a negative step, an unreadable file), EM_ERR_SHAPE,
+ *  EM_ERR_DTYPE (step is i64, the moments the parameter's dtype). Nothing changes on error. */
+em_status em_optimizer_load(em_optimizer *opt, const char *path);
+
 /** The step schedule (torch StepLR): base_lr * gamma^floor(epoch / step_size); base_lr when
  *  step_size < 1. */
 double em_lr_step(double base_lr, int epoch, int step_size, double gamma);

@@ -1036,6 +1036,159 @@ static void test_optimizers(void **state) {
         }
 }
 
+/* ---- optimizer state: resume exactly ---- */
+
+static em_optimizer *make_opt(int k, em_params *ps) {
+    em_optimizer *opt = NULL;
+    if (k == 0) assert_int_equal(em_optimizer_sgd(ps, 0.1, 0.9, 0.01, &opt), EM_OK);
+    if (k == 1) assert_int_equal(em_optimizer_adamw(ps, 0.01, 0.9, 0.999, 1e-8, 0.1, &opt), EM_OK);
+    if (k == 2) assert_int_equal(em_optimizer_adam(ps, 0.01, 0.9, 0.999, 1e-8, 0.01, &opt), EM_OK);
+    if (k == 3) assert_int_equal(em_optimizer_sgd(ps, 0.1, 0, 0, &opt), EM_OK);
+    return opt;
+}
+
+static void train_steps(em_module *m, em_optimizer *opt, em_device dev, int n) {
+    for (int i = 0; i < n; i++) {
+        em_grads *g = tiny_grads(m, dev);
+        assert_int_equal(em_optimizer_step(opt, g, 1.0), EM_OK);
+        em_grads_release(g);
+    }
+}
+
+/* the parameters of a and b are equal bit for bit */
+static void expect_same_bits(em_params *a, em_params *b) {
+    assert_int_equal(em_params_count(a), em_params_count(b));
+    for (size_t i = 0; i < em_params_count(a); i++) {
+        double x[64], y[64];
+        em_tensor *ta = em_params_get(a, i), *tb = em_params_get(b, i);
+        size_t bytes = (size_t)em_tensor_numel(ta) * sizeof(double);
+        assert_true(bytes <= sizeof x);
+        assert_int_equal(em_tensor_to_data(ta, x, sizeof x), EM_OK);
+        assert_int_equal(em_tensor_to_data(tb, y, sizeof y), EM_OK);
+        if (memcmp(x, y, bytes) != 0) fail_msg("parameter %s differs", em_params_name(a, i));
+    }
+}
+
+static void temp_path(char *path, size_t cap, const char *what) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, cap, "%s/ember_test_%s_XXXXXX", tmp && tmp[0] ? tmp : "/tmp", what);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+/* An AdamW over four tensors named as the tiny model's, of the given shapes and dtype. */
+static em_optimizer *fake_opt(em_device dev, em_dtype dt, int64_t out1, em_tensor **ts,
+                              em_params **ps) {
+    const int64_t sh[4][2] = {{4, 3}, {out1, 0}, {2, 4}, {2, 0}};
+    const int rk[4] = {2, 1, 2, 1};
+    static const char *const nm[4] = {"0.weight", "0.bias", "2.weight", "2.bias"};
+    assert_int_equal(em_params_create(ps), EM_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(em_zeros(sh[i], rk[i], dt, dev, &ts[i]), EM_OK);
+        assert_int_equal(em_params_add(*ps, nm[i], &ts[i]), EM_OK);
+    }
+    em_optimizer *o = NULL;
+    assert_int_equal(em_optimizer_adamw(*ps, 0.01, 0.9, 0.999, 1e-8, 0.1, &o), EM_OK);
+    return o;
+}
+
+/* path holds AdamW's state after 3 steps of the tiny model: loads that do not fit fail and
+ * change nothing */
+static void expect_strict_load(const char *path, em_device dev) {
+    em_tensor *ts[4];
+    em_params *ps = NULL;
+    for (int c = 0; c < 3; c++) {
+        em_optimizer *o = fake_opt(dev, c == 1 ? EM_F32 : EM_F64, c == 0 ? 5 : 4, ts, &ps);
+        em_status want = c == 0 ? EM_ERR_SHAPE : c == 1 ? EM_ERR_DTYPE : EM_OK;
+        assert_int_equal(em_optimizer_load(o, path), want);
+        em_params *st = NULL;
+        assert_int_equal(em_params_create(&st), EM_OK);
+        assert_int_equal(em_optimizer_state(o, st), EM_OK);
+        assert_int_equal(em_params_count(st), c == 2 ? 12 : 4); /* nothing loaded on error */
+        double v = -1;
+        assert_int_equal(em_tensor_item(em_params_get(st, 0), &v), EM_OK);
+        assert_true(v == (c == 2 ? 3 : 0));
+        em_params_release(st);
+        em_optimizer_release(o);
+        for (int i = 0; i < 4; i++) em_tensor_release(ts[i]);
+        em_params_release(ps);
+    }
+    /* a missing file, NULL arguments */
+    em_optimizer *o = fake_opt(dev, EM_F64, 4, ts, &ps);
+    assert_int_equal(em_optimizer_load(o, "/nonexistent/ember_optim"), EM_ERR_IO);
+    assert_int_equal(em_optimizer_load(o, NULL), EM_ERR_ARG);
+    expect_error_contains("path");
+    assert_int_equal(em_optimizer_load(NULL, path), EM_ERR_ARG);
+    assert_int_equal(em_optimizer_save(o, NULL), EM_ERR_ARG);
+    assert_int_equal(em_optimizer_state(o, NULL), EM_ERR_ARG);
+    expect_error_contains("out");
+    em_optimizer_release(o);
+    for (int i = 0; i < 4; i++) em_tensor_release(ts[i]);
+    em_params_release(ps);
+}
+
+static void test_optimizer_resume(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    char mpath[1024], opath[1024];
+    temp_path(mpath, sizeof mpath, "model");
+    temp_path(opath, sizeof opath, "optim");
+    for (size_t di = 0; di < nd; di++)
+        for (int k = 0; k < 4; k++)
+            for (int n = 0; n <= 3; n += 3) { /* n = 0: saved before the first step */
+                em_device dev = ad_of(list[di], EM_CKPT_DISABLED);
+                em_params *ps = NULL, *ps2 = NULL, *ps3 = NULL;
+                em_module *m = tiny_model(dev, &ps);
+                em_optimizer *opt = make_opt(k, ps);
+                train_steps(m, opt, dev, n);
+                assert_int_equal(em_module_save(m, mpath), EM_OK);
+                assert_int_equal(em_optimizer_save(opt, opath), EM_OK);
+                em_params *st = NULL;
+                assert_int_equal(em_params_create(&st), EM_OK);
+                assert_int_equal(em_optimizer_state(opt, st), EM_OK);
+                size_t per = k == 3 ? 1 : (k == 0 ? 2 : 3);
+                assert_int_equal(em_params_count(st), n ? 4 * per : 4);
+                assert_string_equal(em_params_name(st, 0), "0.weight.step");
+                if (n && k == 0) assert_string_equal(em_params_name(st, 1), "0.weight.momentum_buffer");
+                if (n && k == 1) assert_string_equal(em_params_name(st, 2), "0.weight.exp_avg_sq");
+                double v = 0;
+                assert_int_equal(em_tensor_item(em_params_get(st, 0), &v), EM_OK);
+                assert_true(v == n);
+                em_params_release(st);
+                train_steps(m, opt, dev, 3); /* n + 3 straight steps */
+                /* fresh objects: another model's numbers, loaded */
+                em_module *m2 = tiny_model(dev, &ps2);
+                em_optimizer *o2 = make_opt(k, ps2);
+                assert_int_equal(em_module_load(m2, mpath), EM_OK);
+                assert_int_equal(em_optimizer_load(o2, opath), EM_OK);
+                train_steps(m2, o2, dev, 3);
+                expect_same_bits(ps, ps2);
+                /* another kind: SGD's file for AdamW, Adam's for plain SGD, plain SGD's
+                 * for momentum SGD fail; AdamW's state is Adam's (as torch's) */
+                em_module *m3 = tiny_model(dev, &ps3);
+                em_optimizer *o3 = make_opt((k + 1) % 4, ps3);
+                if (n) {
+                    assert_int_equal(em_optimizer_load(o3, opath), k == 1 ? EM_OK : EM_ERR_IO);
+                } else {
+                    (void)em_optimizer_load(o3, opath); /* only steps: fits any kind */
+                }
+                if (n && k == 1) expect_strict_load(opath, dev);
+                em_optimizer_release(o3);
+                em_optimizer_release(o2);
+                em_optimizer_release(opt);
+                em_module_release(m3);
+                em_module_release(m2);
+                em_module_release(m);
+                em_params_release(ps3);
+                em_params_release(ps2);
+                em_params_release(ps);
+            }
+    unlink(mpath);
+    unlink(opath);
+}
+
 /* ---- em_tensor_assign ---- */
 
 static void test_assign(void **state) {
@@ -1298,6 +1451,7 @@ int main(void) {
         cmocka_unit_test(test_errors),      cmocka_unit_test(test_more_layers),
         cmocka_unit_test(test_module_interface), cmocka_unit_test(test_no_grad),
         cmocka_unit_test(test_losses_ex),   cmocka_unit_test(test_norm_layers),
+        cmocka_unit_test(test_optimizer_resume),
     };
     return cmocka_run_group_tests(tests, load_golden, free_golden);
 }
