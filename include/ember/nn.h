@@ -427,6 +427,26 @@ em_status em_optimizer_load(em_optimizer *opt, const char *path);
  *  step_size < 1. */
 double em_lr_step(double base_lr, int epoch, int step_size, double gamma);
 
+/* Schedules as pure functions of the step (0 first), torch's closed forms; set the result
+ * with em_optimizer_set_lr (or per group) before each step. Arguments out of range give NaN,
+ * which em_optimizer_set_lr refuses (EM_ERR_ARG). */
+
+/** torch's LinearLR (a linear warmup when end_factor is 1): base_lr * (start_factor +
+ *  (end_factor - start_factor) * min(step, total_iters) / total_iters). NaN unless step >= 0,
+ *  total_iters >= 1, start_factor in (0, 1], end_factor in [0, 1]. */
+double em_lr_linear(double base_lr, int step, double start_factor, double end_factor,
+                    int total_iters);
+/** torch's CosineAnnealingLR: eta_min + (base_lr - eta_min) (1 + cos(pi step / t_max)) / 2.
+ *  NaN unless step >= 0 and t_max >= 1. */
+double em_lr_cosine(double base_lr, int step, int t_max, double eta_min);
+/** torch's OneCycleLR (two phases, cosine annealing, the lr only): from max_lr / div_factor up
+ *  to max_lr over the first pct_start * total_steps - 1 steps, then down to max_lr /
+ *  (div_factor * final_div_factor) at step total_steps - 1. torch's defaults: pct_start 0.3,
+ *  div_factor 25, final_div_factor 1e4. NaN unless 0 <= step <= total_steps, total_steps >= 1,
+ *  pct_start in [0, 1], both factors > 0. */
+double em_lr_one_cycle(double max_lr, int step, int total_steps, double pct_start,
+                       double div_factor, double final_div_factor);
+
 /** The global L2 norm of the gradients in g of the parameters of p, into *total_norm (may be
  *  NULL), and the factor min(1, max_norm / (total + 1e-6)) into *scale, to pass to
  *  em_optimizer_step (as torch.nn.utils.clip_grad_norm_). Parameters without a gradient

@@ -6,6 +6,9 @@
  * both moments, in place; src/ops/fused.h), with the scalars of the composed update, so that
  * both give the same f32 / f64 results. */
 #include <math.h>
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -626,6 +629,36 @@ em_status em_optimizer_load(em_optimizer *opt, const char *path) {
 double em_lr_step(double base_lr, int epoch, int step_size, double gamma) {
     if (step_size < 1 || epoch < 0) return base_lr;
     return base_lr * pow(gamma, (double)(epoch / step_size));
+}
+
+double em_lr_linear(double base_lr, int step, double start_factor, double end_factor,
+                    int total_iters) {
+    if (step < 0 || total_iters < 1 || !(start_factor > 0 && start_factor <= 1) ||
+        !(end_factor >= 0 && end_factor <= 1))
+        return NAN;
+    int t = step < total_iters ? step : total_iters;
+    return base_lr * (start_factor + (end_factor - start_factor) * t / (double)total_iters);
+}
+
+double em_lr_cosine(double base_lr, int step, int t_max, double eta_min) {
+    if (step < 0 || t_max < 1 || !isfinite(eta_min)) return NAN;
+    return eta_min + (base_lr - eta_min) * (1 + cos(M_PI * step / (double)t_max)) / 2;
+}
+
+/* torch's _annealing_cos */
+static double nn_anneal_cos(double start, double end, double pct) {
+    return end + (start - end) / 2.0 * (cos(M_PI * pct) + 1);
+}
+
+double em_lr_one_cycle(double max_lr, int step, int total_steps, double pct_start,
+                       double div_factor, double final_div_factor) {
+    if (step < 0 || total_steps < 1 || step > total_steps || !(pct_start >= 0 && pct_start <= 1) ||
+        !(div_factor > 0) || !(final_div_factor > 0))
+        return NAN;
+    double initial = max_lr / div_factor, min_lr = initial / final_div_factor;
+    double end1 = (double)(pct_start * total_steps) - 1, end2 = (double)total_steps - 1;
+    if ((double)step <= end1) return nn_anneal_cos(initial, max_lr, step / end1);
+    return nn_anneal_cos(max_lr, min_lr, (step - end1) / (end2 - end1));
 }
 
 em_status em_clip_grad_norm(const em_params *p, const em_grads *g, double max_norm,

@@ -1189,6 +1189,107 @@ static void test_optimizer_resume(void **state) {
     unlink(opath);
 }
 
+/* ---- parameter groups, against torch's param_groups ---- */
+
+static void test_optimizer_groups(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    static const char *const names[2] = {"gsgd", "gadamw"};
+    for (size_t di = 0; di < nd; di++)
+        for (int k = 0; k < 2; k++) {
+            em_device dev = ad_of(list[di], EM_CKPT_DISABLED);
+            em_params *ps = NULL, *g0 = NULL, *g1 = NULL;
+            em_module *m = tiny_model(dev, &ps);
+            assert_int_equal(em_params_create(&g0), EM_OK);
+            assert_int_equal(em_params_create(&g1), EM_OK);
+            for (size_t i = 0; i < 4; i++)
+                assert_int_equal(em_params_add(i < 2 ? g0 : g1, em_params_name(ps, i),
+                                               em_params_slot(ps, i)),
+                                 EM_OK);
+            em_optimizer *opt = NULL;
+            if (k == 0) {
+                assert_int_equal(em_optimizer_sgd(g0, 0.1, 0.9, 0.01, &opt), EM_OK);
+                assert_int_equal(em_optimizer_add_group(opt, g1, 0.03, 0.2), EM_OK);
+            } else {
+                assert_int_equal(em_optimizer_adamw(g0, 0.01, 0.9, 0.999, 1e-8, 0.01, &opt),
+                                 EM_OK);
+                assert_int_equal(em_optimizer_add_group(opt, g1, 0.002, 0.2), EM_OK);
+            }
+            assert_int_equal(em_optimizer_group_count(opt), 2);
+            assert_true(em_optimizer_group_weight_decay(opt, 1) == 0.2);
+            /* a parameter twice, bad numbers: nothing changes */
+            assert_int_equal(em_optimizer_add_group(opt, g1, 0.1, 0), EM_ERR_ARG);
+            expect_error_contains("already");
+            assert_int_equal(em_optimizer_add_group(opt, g1, -1, 0), EM_ERR_ARG);
+            expect_error_contains("lr");
+            assert_int_equal(em_optimizer_add_group(opt, NULL, 0.1, 0), EM_ERR_ARG);
+            expect_error_contains("params");
+            assert_int_equal(em_optimizer_set_group_lr(opt, 2, 0.1), EM_ERR_ARG);
+            expect_error_contains("group");
+            assert_int_equal(em_optimizer_group_count(opt), 2);
+            for (int step = 0; step < 3; step++) {
+                em_grads *g = tiny_grads(m, dev);
+                assert_int_equal(em_optimizer_step(opt, g, 1.0), EM_OK);
+                em_grads_release(g);
+                for (size_t i = 0; i < 4; i++) {
+                    char nm[96];
+                    snprintf(nm, sizeof nm, "%s.%d.%s", names[k], step, em_params_name(ps, i));
+                    expect_close(em_params_get(ps, i), gget(nm), TOL, names[k]);
+                }
+            }
+            assert_int_equal(em_optimizer_set_lr(opt, 0.5), EM_OK);
+            assert_true(em_optimizer_group_lr(opt, 0) == 0.5 && em_optimizer_group_lr(opt, 1) == 0.5);
+            assert_int_equal(em_optimizer_set_group_lr(opt, 1, 0.25), EM_OK);
+            assert_true(em_optimizer_group_lr(opt, 1) == 0.25 && em_optimizer_lr(opt) == 0.5);
+            em_optimizer_release(opt);
+            em_module_release(m);
+            em_params_release(g0);
+            em_params_release(g1);
+            em_params_release(ps);
+        }
+}
+
+/* ---- schedules, against torch's schedulers ---- */
+
+static void expect_sched(const char *name, const double *v, int n) {
+    const garr *a = gget(name);
+    assert_int_equal(a->n, n);
+    for (int i = 0; i < n; i++)
+        if (!(fabs(v[i] - a->v[i]) <= 1e-12 * fabs(a->v[i])))
+            fail_msg("%s[%d]: %.17g, torch %.17g", name, i, v[i], a->v[i]);
+}
+
+static void test_schedules(void **state) {
+    (void)state;
+    double v[32];
+    for (int i = 0; i < 9; i++) v[i] = em_lr_linear(0.1, i, 0.1, 1.0, 5);
+    expect_sched("sched.linear", v, 9);
+    for (int i = 0; i < 13; i++) v[i] = em_lr_cosine(0.1, i, 10, 0.001);
+    expect_sched("sched.cosine", v, 13);
+    for (int i = 0; i < 20; i++) v[i] = em_lr_one_cycle(0.1, i, 20, 0.3, 25, 1e4);
+    expect_sched("sched.onecycle", v, 20);
+    for (int i = 0; i < 17; i++) v[i] = em_lr_one_cycle(0.5, i, 17, 0.25, 10, 100);
+    expect_sched("sched.onecycle2", v, 17);
+    /* out of range: NaN, which set_lr refuses */
+    assert_true(isnan(em_lr_linear(0.1, -1, 0.1, 1, 5)));
+    assert_true(isnan(em_lr_linear(0.1, 0, 0, 1, 5)));
+    assert_true(isnan(em_lr_linear(0.1, 0, 0.1, 1, 0)));
+    assert_true(isnan(em_lr_cosine(0.1, 0, 0, 0)));
+    assert_true(isnan(em_lr_one_cycle(0.1, 21, 20, 0.3, 25, 1e4)));
+    assert_true(isnan(em_lr_one_cycle(0.1, 0, 20, 1.5, 25, 1e4)));
+    assert_true(isnan(em_lr_one_cycle(0.1, 0, 20, 0.3, 0, 1e4)));
+    em_params *ps = NULL;
+    em_module *m = tiny_model(ad_of(ref_dev(), EM_CKPT_DISABLED), &ps);
+    em_optimizer *opt = NULL;
+    assert_int_equal(em_optimizer_sgd(ps, 0.1, 0, 0, &opt), EM_OK);
+    assert_int_equal(em_optimizer_set_lr(opt, em_lr_cosine(0.1, 0, 0, 0)), EM_ERR_ARG);
+    expect_error_contains("lr");
+    em_optimizer_release(opt);
+    em_module_release(m);
+    em_params_release(ps);
+}
+
 /* ---- em_tensor_assign ---- */
 
 static void test_assign(void **state) {
@@ -1451,7 +1552,8 @@ int main(void) {
         cmocka_unit_test(test_errors),      cmocka_unit_test(test_more_layers),
         cmocka_unit_test(test_module_interface), cmocka_unit_test(test_no_grad),
         cmocka_unit_test(test_losses_ex),   cmocka_unit_test(test_norm_layers),
-        cmocka_unit_test(test_optimizer_resume),
+        cmocka_unit_test(test_optimizer_resume), cmocka_unit_test(test_optimizer_groups),
+        cmocka_unit_test(test_schedules),
     };
     return cmocka_run_group_tests(tests, load_golden, free_golden);
 }
