@@ -1290,6 +1290,118 @@ static void test_schedules(void **state) {
     em_params_release(ps);
 }
 
+/* ---- gradient accumulation ---- */
+
+/* the mean cross-entropy of the tiny model on rows [r0, r0 + n) of an 8-row batch, times
+ * scale: its gradients */
+static em_grads *batch_grads(em_module *m, em_device dev, int r0, int n, double scale) {
+    double xs[24];
+    int64_t ys[8];
+    for (int i = 0; i < 24; i++) xs[i] = sin(0.7 * i + 0.3);
+    for (int i = 0; i < 8; i++) ys[i] = (i * 5 + 1) % 2;
+    em_tensor *x = NULL, *y = NULL, *lg = NULL, *loss = NULL, *ls = NULL;
+    assert_int_equal(em_tensor_from_data(xs + 3 * r0, EM_F64, (const int64_t[]){n, 3}, 2,
+                                         inner_of(dev), &x),
+                     EM_OK);
+    assert_int_equal(em_tensor_from_data(ys + r0, EM_I64, (const int64_t[]){n}, 1,
+                                         inner_of(dev), &y),
+                     EM_OK);
+    em_grads *g = NULL;
+    assert_int_equal(em_module_forward(m, x, true, &lg), EM_OK);
+    assert_int_equal(em_loss_cross_entropy(lg, y, &loss), EM_OK);
+    assert_int_equal(em_mul_scalar(loss, scale, &ls), EM_OK);
+    assert_int_equal(em_backward(ls, &g), EM_OK);
+    em_tensor_release(ls);
+    em_tensor_release(loss);
+    em_tensor_release(lg);
+    em_tensor_release(x);
+    em_tensor_release(y);
+    return g;
+}
+
+static void test_grads_add(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    for (size_t di = 0; di < nd; di++) {
+        em_device dev = ad_of(list[di], EM_CKPT_DISABLED);
+        em_params *ps = NULL;
+        em_module *m = tiny_model(dev, &ps);
+        em_grads *full = batch_grads(m, dev, 0, 8, 1.0);
+        em_grads *acc = batch_grads(m, dev, 0, 4, 0.5);
+        em_grads *g2 = batch_grads(m, dev, 4, 4, 0.5);
+        em_tensor *before = NULL, *g2w = NULL;
+        assert_int_equal(em_grads_get(acc, em_params_get(ps, 0), &before), EM_OK);
+        assert_int_equal(em_grads_get(g2, em_params_get(ps, 0), &g2w), EM_OK);
+        double b0[12], b1[12], c0[12], c1[12];
+        assert_int_equal(em_tensor_to_data(before, b0, sizeof b0), EM_OK);
+        assert_int_equal(em_tensor_to_data(g2w, c0, sizeof c0), EM_OK);
+        assert_int_equal(em_grads_add(acc, g2), EM_OK);
+        /* taken before: unchanged; g: unchanged */
+        assert_int_equal(em_tensor_to_data(before, b1, sizeof b1), EM_OK);
+        assert_int_equal(em_tensor_to_data(g2w, c1, sizeof c1), EM_OK);
+        assert_memory_equal(b0, b1, sizeof b0);
+        assert_memory_equal(c0, c1, sizeof c0);
+        for (size_t i = 0; i < 4; i++) {
+            em_tensor *a = NULL, *f = NULL;
+            assert_int_equal(em_grads_get(acc, em_params_get(ps, i), &a), EM_OK);
+            assert_int_equal(em_grads_get(full, em_params_get(ps, i), &f), EM_OK);
+            assert_non_null(a);
+            double va[12], vf[12];
+            int64_t n = em_tensor_numel(a);
+            assert_int_equal(em_tensor_to_data(a, va, sizeof va), EM_OK);
+            assert_int_equal(em_tensor_to_data(f, vf, sizeof vf), EM_OK);
+            for (int64_t j = 0; j < n; j++)
+                if (!(fabs(va[j] - vf[j]) <= 1e-12))
+                    fail_msg("%s[%lld]: %.17g vs %.17g", em_params_name(ps, i), (long long)j,
+                             va[j], vf[j]);
+            em_tensor_release(a);
+            em_tensor_release(f);
+        }
+        /* into an empty-handed set: a leaf only g has is added */
+        em_params *q = NULL;
+        em_module *lin = NULL;
+        em_module_opts o = f64_opts(dev);
+        assert_int_equal(em_nn_linear(3, 1, false, &o, &lin), EM_OK);
+        em_tensor *x = NULL, *y = NULL, *s = NULL;
+        assert_int_equal(em_ones((const int64_t[]){2, 3}, 2, EM_F64, inner_of(dev), &x), EM_OK);
+        assert_int_equal(em_module_forward(lin, x, true, &y), EM_OK);
+        assert_int_equal(em_sum(y, &s), EM_OK);
+        em_grads *gl = NULL;
+        assert_int_equal(em_backward(s, &gl), EM_OK);
+        assert_int_equal(em_grads_add(acc, gl), EM_OK);
+        em_tensor *w = NULL;
+        assert_int_equal(em_grads_get(acc, em_module_get(lin, "weight"), &w), EM_OK);
+        assert_non_null(w);
+        double v = 0;
+        em_tensor *ws = NULL;
+        assert_int_equal(em_sum(w, &ws), EM_OK);
+        assert_int_equal(em_tensor_item(ws, &v), EM_OK);
+        assert_true(v == 6.0);
+        em_tensor_release(ws);
+        em_tensor_release(w);
+        /* bad arguments */
+        assert_int_equal(em_grads_add(NULL, g2), EM_ERR_ARG);
+        expect_error_contains("acc");
+        assert_int_equal(em_grads_add(acc, NULL), EM_ERR_ARG);
+        expect_error_contains("g is NULL");
+        assert_int_equal(em_grads_add(acc, acc), EM_ERR_ARG);
+        em_grads_release(gl);
+        em_tensor_release(s);
+        em_tensor_release(y);
+        em_tensor_release(x);
+        em_module_release(lin);
+        em_params_release(q);
+        em_tensor_release(before);
+        em_tensor_release(g2w);
+        em_grads_release(g2);
+        em_grads_release(acc);
+        em_grads_release(full);
+        em_module_release(m);
+        em_params_release(ps);
+    }
+}
+
 /* ---- em_tensor_assign ---- */
 
 static void test_assign(void **state) {
@@ -1553,7 +1665,7 @@ int main(void) {
         cmocka_unit_test(test_module_interface), cmocka_unit_test(test_no_grad),
         cmocka_unit_test(test_losses_ex),   cmocka_unit_test(test_norm_layers),
         cmocka_unit_test(test_optimizer_resume), cmocka_unit_test(test_optimizer_groups),
-        cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_schedules),        cmocka_unit_test(test_grads_add),
     };
     return cmocka_run_group_tests(tests, load_golden, free_golden);
 }
