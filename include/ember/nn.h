@@ -281,6 +281,27 @@ em_status em_nn_residual(em_module *body, em_module **out);
  *  rank >= 2) with xavier_uniform from seed, and every "bias" with zeros. */
 em_status em_init_xavier_uniform(const em_params *params, uint64_t seed);
 
+/** Initialization in place (em_tensor_assign: a tracked parameter stays the same leaf), from
+ *  ember's Philox (em_rand_*): one seed gives the same values on every device. The set
+ *  versions initialize every entry, entry i with a seed derived from seed and i, and name the
+ *  entry in errors. EM_ERR_ARG for NULL or a bad number (named), EM_ERR_DTYPE for a tensor
+ *  that is not float. */
+/** t ~ N(mean, std^2) (torch.nn.init.normal_); std >= 0. */
+em_status em_init_tensor_normal(em_tensor *t, double mean, double std, uint64_t seed);
+/** torch.nn.init.trunc_normal_: N(mean, std^2) restricted to [a, b] (std > 0, a < b), drawn
+ *  as torch does (uniform in [2 cdf(a') - 1, 2 cdf(b') - 1) through erfinv, then clamped to
+ *  [a, b]; a', b' the standardized bounds), computed in f64. Not torch's bits. */
+em_status em_init_tensor_trunc_normal(em_tensor *t, double mean, double std, double a,
+                                      double b, uint64_t seed);
+/** Every element = value (zeros_, ones_, constant_). */
+em_status em_init_tensor_constant(em_tensor *t, double value);
+em_status em_init_normal(const em_params *params, double mean, double std, uint64_t seed);
+em_status em_init_trunc_normal(const em_params *params, double mean, double std, double a,
+                               double b, uint64_t seed);
+em_status em_init_constant(const em_params *params, double value);
+em_status em_init_zeros(const em_params *params);
+em_status em_init_ones(const em_params *params);
+
 /* ======================================================================================
  * 4. Losses (0-d results; tracked when the inputs are)
  * ====================================================================================== */

@@ -1402,6 +1402,124 @@ static void test_grads_add(void **state) {
     }
 }
 
+/* ---- init: normal, truncated normal, constants ---- */
+
+static void moments(const em_tensor *t, double *mean, double *var, double *lo, double *hi) {
+    int64_t n = em_tensor_numel(t);
+    double *v = malloc((size_t)n * sizeof *v);
+    em_tensor *d = NULL;
+    assert_int_equal(em_cast(t, EM_F64, &d), EM_OK);
+    assert_int_equal(em_tensor_to_data(d, v, (size_t)n * sizeof *v), EM_OK);
+    em_tensor_release(d);
+    double s = 0, s2 = 0;
+    *lo = INFINITY;
+    *hi = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        s += v[i];
+        *lo = v[i] < *lo ? v[i] : *lo;
+        *hi = v[i] > *hi ? v[i] : *hi;
+    }
+    *mean = s / n;
+    for (int64_t i = 0; i < n; i++) s2 += (v[i] - *mean) * (v[i] - *mean);
+    *var = s2 / n;
+    free(v);
+}
+
+static double phi(double x) { return exp(-0.5 * x * x) / sqrt(2 * M_PI); }
+static double Phi(double x) { return 0.5 * (1 + erf(x / sqrt(2.0))); }
+
+static void test_init(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    const int64_t n = 200000;
+    for (size_t di = 0; di < nd; di++)
+        for (int f = 0; f < 2; f++) {
+            em_device dev = ad_of(list[di], EM_CKPT_DISABLED);
+            em_dtype dt = f ? EM_F32 : EM_F64;
+            em_tensor *t = NULL, *u = NULL;
+            assert_int_equal(em_zeros((const int64_t[]){n}, 1, dt, dev, &t), EM_OK);
+            assert_int_equal(em_tensor_require_grad(t), EM_OK);
+            double m, v, lo, hi;
+            /* truncated normal: bounds, then the moments of the truncated distribution */
+            const double mu = 0.5, sd = 2.0, a = -1.0, b = 4.0;
+            assert_int_equal(em_init_tensor_trunc_normal(t, mu, sd, a, b, 7), EM_OK);
+            assert_true(em_tensor_requires_grad(t));
+            moments(t, &m, &v, &lo, &hi);
+            double al = (a - mu) / sd, be = (b - mu) / sd, Z = Phi(be) - Phi(al);
+            double em = mu + sd * (phi(al) - phi(be)) / Z;
+            double ev = sd * sd * (1 + (al * phi(al) - be * phi(be)) / Z -
+                                   pow((phi(al) - phi(be)) / Z, 2));
+            assert_true(lo >= a && hi <= b);
+            assert_true(lo < a + 0.01 && hi > b - 0.05);
+            if (!(fabs(m - em) < 5 * sqrt(ev / n))) fail_msg("trunc mean %g, want %g", m, em);
+            if (!(fabs(v - ev) < 0.02 * ev)) fail_msg("trunc var %g, want %g", v, ev);
+            /* deterministic from the seed, another seed differs */
+            assert_int_equal(em_zeros((const int64_t[]){n}, 1, dt, inner_of(dev), &u), EM_OK);
+            assert_int_equal(em_init_tensor_trunc_normal(u, mu, sd, a, b, 7), EM_OK);
+            em_tensor *eq = NULL, *all = NULL;
+            double same = 0;
+            assert_int_equal(em_eq(t, u, &eq), EM_OK);
+            assert_int_equal(em_cast(eq, EM_F64, &all), EM_OK);
+            em_tensor_release(eq);
+            assert_int_equal(em_sum(all, &eq), EM_OK);
+            assert_int_equal(em_tensor_item(eq, &same), EM_OK);
+            assert_true(same == (double)n);
+            em_tensor_release(eq);
+            em_tensor_release(all);
+            assert_int_equal(em_init_tensor_trunc_normal(u, mu, sd, a, b, 8), EM_OK);
+            double m8, v8, l8, h8;
+            moments(u, &m8, &v8, &l8, &h8);
+            assert_true(m8 != m);
+            /* torch's default: a standard normal in [-2, 2] */
+            assert_int_equal(em_init_tensor_trunc_normal(u, 0, 1, -2, 2, 1), EM_OK);
+            moments(u, &m, &v, &lo, &hi);
+            assert_true(lo >= -2 && hi <= 2 && fabs(m) < 0.01);
+            /* normal */
+            assert_int_equal(em_init_tensor_normal(t, -1.0, 0.5, 3), EM_OK);
+            moments(t, &m, &v, &lo, &hi);
+            assert_true(fabs(m + 1.0) < 5 * 0.5 / sqrt((double)n));
+            assert_true(fabs(v - 0.25) < 0.01);
+            /* constants */
+            assert_int_equal(em_init_tensor_constant(t, 1.0), EM_OK);
+            moments(t, &m, &v, &lo, &hi);
+            assert_true(lo == 1 && hi == 1);
+            /* bad arguments */
+            assert_int_equal(em_init_tensor_trunc_normal(t, 0, 1, 2, -2, 1), EM_ERR_ARG);
+            expect_error_contains("a must be < b");
+            assert_int_equal(em_init_tensor_trunc_normal(t, 0, 0, -2, 2, 1), EM_ERR_ARG);
+            expect_error_contains("std");
+            assert_int_equal(em_init_tensor_normal(t, 0, -1, 1), EM_ERR_ARG);
+            expect_error_contains("std");
+            assert_int_equal(em_init_tensor_normal(NULL, 0, 1, 1), EM_ERR_ARG);
+            em_tensor_release(u);
+            em_tensor_release(t);
+        }
+    /* on a set: each entry its own numbers; zeros and ones */
+    em_device dev = ad_of(list[0], EM_CKPT_DISABLED);
+    em_params *ps = NULL;
+    em_module *m = tiny_model(dev, &ps);
+    assert_int_equal(em_init_trunc_normal(ps, 0, 0.02, -0.04, 0.04, 5), EM_OK);
+    double m0, v0, l0, h0, m2, v2, l2, h2;
+    moments(em_params_get(ps, 0), &m0, &v0, &l0, &h0);
+    moments(em_params_get(ps, 2), &m2, &v2, &l2, &h2);
+    assert_true(l0 >= -0.04 && h0 <= 0.04 && l2 >= -0.04 && h2 <= 0.04 && m0 != m2);
+    assert_true(em_tensor_requires_grad(em_params_get(ps, 0)));
+    assert_int_equal(em_init_normal(ps, 0, 1, 5), EM_OK);
+    assert_int_equal(em_init_ones(ps), EM_OK);
+    moments(em_params_get(ps, 3), &m0, &v0, &l0, &h0);
+    assert_true(l0 == 1 && h0 == 1);
+    assert_int_equal(em_init_zeros(ps), EM_OK);
+    moments(em_params_get(ps, 1), &m0, &v0, &l0, &h0);
+    assert_true(l0 == 0 && h0 == 0);
+    assert_int_equal(em_init_normal(ps, 0, -1, 5), EM_ERR_ARG);
+    expect_error_contains("'0.weight'");
+    assert_int_equal(em_init_zeros(NULL), EM_ERR_ARG);
+    expect_error_contains("params");
+    em_module_release(m);
+    em_params_release(ps);
+}
+
 /* ---- em_tensor_assign ---- */
 
 static void test_assign(void **state) {
@@ -1666,6 +1784,7 @@ int main(void) {
         cmocka_unit_test(test_losses_ex),   cmocka_unit_test(test_norm_layers),
         cmocka_unit_test(test_optimizer_resume), cmocka_unit_test(test_optimizer_groups),
         cmocka_unit_test(test_schedules),        cmocka_unit_test(test_grads_add),
+        cmocka_unit_test(test_init),
     };
     return cmocka_run_group_tests(tests, load_golden, free_golden);
 }
