@@ -1137,7 +1137,9 @@ static void test_optimizer_resume(void **state) {
     temp_path(opath, sizeof opath, "optim");
     for (size_t di = 0; di < nd; di++)
         for (int k = 0; k < 4; k++)
-            for (int n = 0; n <= 3; n += 3) { /* n = 0: saved before the first step */
+            for (int ni = 0; ni < 3; ni++) {
+                /* n = 0: saved before the first step; 100 + 100 = 200 straight steps */
+                const int n = ni == 0 ? 0 : ni == 1 ? 3 : 100, more = n ? n : 3;
                 em_device dev = ad_of(list[di], EM_CKPT_DISABLED);
                 em_params *ps = NULL, *ps2 = NULL, *ps3 = NULL;
                 em_module *m = tiny_model(dev, &ps);
@@ -1157,13 +1159,13 @@ static void test_optimizer_resume(void **state) {
                 assert_int_equal(em_tensor_item(em_params_get(st, 0), &v), EM_OK);
                 assert_true(v == n);
                 em_params_release(st);
-                train_steps(m, opt, dev, 3); /* n + 3 straight steps */
+                train_steps(m, opt, dev, more); /* n + more straight steps */
                 /* fresh objects: another model's numbers, loaded */
                 em_module *m2 = tiny_model(dev, &ps2);
                 em_optimizer *o2 = make_opt(k, ps2);
                 assert_int_equal(em_module_load(m2, mpath), EM_OK);
                 assert_int_equal(em_optimizer_load(o2, opath), EM_OK);
-                train_steps(m2, o2, dev, 3);
+                train_steps(m2, o2, dev, more);
                 expect_same_bits(ps, ps2);
                 /* another kind: SGD's file for AdamW, Adam's for plain SGD, plain SGD's
                  * for momentum SGD fail; AdamW's state is Adam's (as torch's) */
@@ -1174,7 +1176,7 @@ static void test_optimizer_resume(void **state) {
                 } else {
                     (void)em_optimizer_load(o3, opath); /* only steps: fits any kind */
                 }
-                if (n && k == 1) expect_strict_load(opath, dev);
+                if (n == 3 && k == 1) expect_strict_load(opath, dev);
                 em_optimizer_release(o3);
                 em_optimizer_release(o2);
                 em_optimizer_release(opt);
