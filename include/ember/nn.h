@@ -1,6 +1,7 @@
 /*
  * nn.h — neural-network building blocks on top of ember.h: named parameter sets, modules
- * (layers), losses, optimizers, a learning-rate schedule and gradient clipping.
+ * (layers), initialization, losses, optimizers (parameter groups, state saved and loaded),
+ * learning-rate schedules and gradient clipping.
  *
  *   1. parameter sets            4. losses
  *   2. module options and init   5. optimizers, schedule, clipping
@@ -368,7 +369,7 @@ em_status em_loss_huber(const em_tensor *pred, const em_tensor *target, double d
                         em_reduction r, em_tensor **loss);
 
 /* ======================================================================================
- * 5. Optimizers, learning-rate schedule, gradient clipping
+ * 5. Optimizers, learning-rate schedules, gradient clipping
  *
  * An optimizer keeps the slots of a parameter set (copied at creation: entries added to the
  * set later are not seen) and per-parameter state (untracked tensors on each parameter's

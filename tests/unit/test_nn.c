@@ -5,7 +5,9 @@
  * (written by tests/nn/gen_nn.py) on every device of em_devices() wrapped for autodiff
  * (DISABLED and BALANCED). Parameters are set from the golden file with em_tensor_assign, so
  * the init does not matter. Also: em_tensor_assign's contract, dropout, init bounds, a small
- * training run on a separable 2-class problem on every device, and bad inputs.
+ * training run on a separable 2-class problem on every device, and bad inputs; optimizer
+ * state saved and loaded (resuming bit for bit), parameter groups and the schedules against
+ * torch, gradient accumulation (em_grads_add), normal / truncated normal / constant init.
  */
 #include "errcheck.h"
 
