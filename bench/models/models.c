@@ -1,7 +1,7 @@
 /*
  * ember-models — the training step and the inference forward of three models written against
  * ember's public API the way a user writes them: a small GPT, a small ResNet with batch norm
- * built from ops, and an MLP. bench/models_vs_torch.py runs their PyTorch twins beside them.
+ * (em_batch_norm, as the PyTorch twin's nn.BatchNorm2d), and an MLP. bench/models_vs_torch.py runs their PyTorch twins beside them.
  *
  * Usage: ember-models gpt|resnet|mlp [--mode train|infer|both] [--device D] [--warmup W]
  *                     [--steps N] [--profile] [--check REF_DEVICE] [--seed S]
@@ -104,32 +104,15 @@ static em_tensor *fwd(em_module *m, const em_tensor *x, const char *name) {
         return keep(o);                                                                        \
     }
 BIN(add, "add")
-BIN(sub, "sub")
-BIN(mul, "mul")
 BIN(matmul, "matmul")
 static em_tensor *mul_scalar(const em_tensor *a, double s) {
     em_tensor *o;
     OP("mul_scalar", em_mul_scalar(a, s, &o));
     return keep(o);
 }
-static em_tensor *add_scalar(const em_tensor *a, double s) {
-    em_tensor *o;
-    OP("add_scalar", em_add_scalar(a, s, &o));
-    return keep(o);
-}
-static em_tensor *rsqrt_(const em_tensor *a) {
-    em_tensor *o;
-    OP("rsqrt", em_rsqrt(a, &o));
-    return keep(o);
-}
 static em_tensor *relu(const em_tensor *a) {
     em_tensor *o;
     OP("relu", em_relu(a, &o));
-    return keep(o);
-}
-static em_tensor *mean_dim(const em_tensor *a, int dim) {
-    em_tensor *o;
-    OP("mean_dim", em_mean_dim(a, dim, true, &o));
     return keep(o);
 }
 static em_tensor *reshape(const em_tensor *a, const int64_t *shape, int rank) {
@@ -352,8 +335,8 @@ typedef struct resnet_cfg {
 } resnet_cfg;
 
 typedef struct bnorm {
-    em_tensor *gamma, *beta; /* [1, C, 1, 1] parameters */
-    em_tensor *rmean, *rvar; /* [1, C, 1, 1] running statistics (untracked, inner device) */
+    em_tensor *gamma, *beta; /* [C] parameters */
+    em_tensor *rmean, *rvar; /* [C] running statistics (untracked, inner device) */
 } bnorm;
 
 typedef struct res_block {
@@ -372,13 +355,13 @@ typedef struct resnet {
 
 static void bn_init(model_base *b, bnorm *n, int64_t ch, const char *name) {
     char s[80];
-    const int64_t shape[4] = {1, ch, 1, 1};
+    const int64_t shape[1] = {ch};
     snprintf(s, sizeof s, "%s.weight", name);
-    param(b, &n->gamma, shape, 4, 0, 1.0, s);
+    param(b, &n->gamma, shape, 1, 0, 1.0, s);
     snprintf(s, sizeof s, "%s.bias", name);
-    param(b, &n->beta, shape, 4, 0, 0.0, s);
-    CK(em_zeros(shape, 4, EM_F32, b->inner, &n->rmean));
-    CK(em_ones(shape, 4, EM_F32, b->inner, &n->rvar));
+    param(b, &n->beta, shape, 1, 0, 0.0, s);
+    CK(em_zeros(shape, 1, EM_F32, b->inner, &n->rmean));
+    CK(em_ones(shape, 1, EM_F32, b->inner, &n->rvar));
 }
 static void bn_free(bnorm *n) {
     em_tensor_release(n->gamma);
@@ -387,32 +370,13 @@ static void bn_free(bnorm *n) {
     em_tensor_release(n->rvar);
 }
 
-/** Batch norm over (0, 2, 3): batch statistics in training (and the running ones updated,
- *  momentum 0.1, unbiased variance, as torch.nn.BatchNorm2d), the running ones otherwise. */
+/** Batch norm as torch.nn.BatchNorm2d (em_batch_norm): batch statistics in training, the
+ *  running ones (momentum 0.1, unbiased variance) updated in place; the running ones in eval. */
 static em_tensor *bn(bnorm *n, const em_tensor *x, bool training) {
-    const double eps = 1e-5;
-    if (!training) {
-        em_tensor *scale = mul(n->gamma, rsqrt_(add_scalar(n->rvar, eps)));
-        em_tensor *shift = sub(n->beta, mul(n->rmean, scale));
-        return add(mul(x, scale), shift);
-    }
-    em_tensor *mean = mean_dim(mean_dim(mean_dim(x, 0), 2), 3); /* [1, C, 1, 1] */
-    em_tensor *xc = sub(x, mean);
-    em_tensor *var = mean_dim(mean_dim(mean_dim(mul(xc, xc), 0), 2), 3);
-    em_tensor *y = mul(xc, rsqrt_(add_scalar(var, eps)));
-    y = add(mul(y, n->gamma), n->beta);
-    /* running statistics, outside the graph */
-    double cnt = (double)(em_tensor_numel(x) / em_tensor_dim(x, 1));
-    em_tensor *m, *v;
-    CK(em_tensor_detach(mean, &m));
-    CK(em_tensor_detach(var, &v));
-    keep(m);
-    keep(v);
-    em_tensor *rm = add(mul_scalar(n->rmean, 0.9), mul_scalar(m, 0.1));
-    em_tensor *rv = add(mul_scalar(n->rvar, 0.9), mul_scalar(v, 0.1 * cnt / (cnt - 1)));
-    CK(em_tensor_assign(n->rmean, rm));
-    CK(em_tensor_assign(n->rvar, rv));
-    return y;
+    em_tensor *o;
+    OP("batch_norm", em_batch_norm(x, n->rmean, n->rvar, n->gamma, n->beta, training, 0.1, 1e-5,
+                                   &o));
+    return keep(o);
 }
 
 static void resnet_init(resnet *r) {

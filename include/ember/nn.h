@@ -57,6 +57,14 @@ em_tensor *em_params_get(const em_params *p, size_t i);
 em_tensor **em_params_slot(const em_params *p, size_t i);
 /** The tensor of the entry named `name` (borrowed), or NULL when there is none. */
 em_tensor *em_params_find(const em_params *p, const char *name);
+/** Writes the set's tensors under their names to a safetensors file (em_safetensors_save). */
+em_status em_params_save(const em_params *p, const char *path);
+/** Reads a file em_params_save wrote into the set's tensors, in place (em_tensor_assign;
+ *  tracked leaves stay the same leaves). Strict: the file must hold exactly the set's names,
+ *  each with its tensor's shape and dtype; EM_ERR_IO (a missing or extra tensor, an unreadable
+ *  file), EM_ERR_SHAPE, EM_ERR_DTYPE; on error nothing is assigned unless moving a tensor to
+ *  its device fails midway. */
+em_status em_params_load(const em_params *p, const char *path);
 
 /* ======================================================================================
  * 2. Module options and initialization
@@ -193,13 +201,10 @@ em_status em_module_buffers(em_module *m, const char *prefix, em_params *buffers
 /** Parameters and buffers, per module (its parameters, its buffers, then its children), every
  *  name listed: what em_module_save writes (torch's state_dict). */
 em_status em_module_state(em_module *m, const char *prefix, em_params *state);
-/** Writes em_module_state to a safetensors file (em_safetensors_save). */
+/** Writes em_module_state to a safetensors file (em_params_save). */
 em_status em_module_save(em_module *m, const char *path);
 /** Reads a file em_module_save wrote into the module's parameters and buffers, in place
- *  (em_tensor_assign; tracked parameters stay the same leaves). Strict: the file must hold
- *  exactly the module's state, each tensor with its shape and dtype; EM_ERR_IO (a missing or
- *  extra tensor, an unreadable file), EM_ERR_SHAPE, EM_ERR_DTYPE; on error nothing is
- *  assigned unless moving a tensor to its device fails midway. */
+ *  (em_params_load on em_module_state: strict, nothing changed on error). */
 em_status em_module_load(em_module *m, const char *path);
 /** Frees the module, its children, its references to its tensors and its data. NULL is a
  *  no-op. */
@@ -264,6 +269,24 @@ em_status em_nn_group_norm(int64_t num_groups, int64_t num_channels, double eps,
  *  affine. torch's default eps is the dtype's machine epsilon: pass it. */
 em_status em_nn_rms_norm(int64_t size, double eps, bool affine, em_module_opts *opts,
                          em_module **out);
+/** Self-attention as torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias,
+ *  dropout=dropout, batch_first=True) called as mha(x, x, x): x [B, T, E] -> [B, T, E].
+ *  Parameters in_proj_weight [3E, E] (xavier uniform), in_proj_bias [3E] (zeros) and the
+ *  child Linear out_proj (bias zeros). causal: query t sees keys <= t. Dropout on the
+ *  attention weights in training forwards. num_heads must divide embed_dim. */
+em_status em_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, bool bias,
+                                    double dropout, bool causal, em_module_opts *opts,
+                                    em_module **out);
+/** A MultiheadAttention's forward with a key padding mask: bool [B, T], true where a key is
+ *  padding (not attended to). NULL: em_module_forward's behaviour. */
+em_status em_nn_mha_forward(em_module *m, const em_tensor *x, const em_tensor *key_padding_mask,
+                            bool training, em_tensor **y);
+/** A pre-LN transformer block: x + attn(ln1(x)), then + mlp(ln2(x)), mlp = Linear(E,
+ *  hidden), GELU, Linear(hidden, E) (and Dropout when dropout > 0); children ln1, attn, ln2,
+ *  mlp. */
+em_status em_nn_transformer_block(int64_t embed_dim, int64_t num_heads, int64_t hidden,
+                                  double dropout, bool causal, em_module_opts *opts,
+                                  em_module **out);
 em_status em_nn_relu(em_module **out);
 /** The exact (erf) GELU. */
 em_status em_nn_gelu(em_module **out);

@@ -254,28 +254,27 @@ typedef struct pool_data {
     int64_t kernel, stride, padding, oh, ow;
 } pool_data;
 
-static em_status maxpool_forward(em_module *self, const em_tensor *x, bool training,
-                                 em_tensor **y) {
-    (void)training;
-    const pool_data *d = em_module_data(self);
+static em_pool_params pool_params(const pool_data *d) {
     em_pool_params p;
     memset(&p, 0, sizeof p);
     p.kernel[0] = p.kernel[1] = d->kernel;
     p.stride[0] = p.stride[1] = d->stride;
     p.padding[0] = p.padding[1] = d->padding;
+    p.count_include_pad = true; /* torch.nn.AvgPool2d's default (max pooling ignores it) */
+    return p;
+}
+
+static em_status maxpool_forward(em_module *self, const em_tensor *x, bool training,
+                                 em_tensor **y) {
+    (void)training;
+    em_pool_params p = pool_params(em_module_data(self));
     return em_max_pool2d(x, &p, y, NULL);
 }
 
 static em_status avgpool_forward(em_module *self, const em_tensor *x, bool training,
                                  em_tensor **y) {
     (void)training;
-    const pool_data *d = em_module_data(self);
-    em_pool_params p;
-    memset(&p, 0, sizeof p);
-    p.kernel[0] = p.kernel[1] = d->kernel;
-    p.stride[0] = p.stride[1] = d->stride;
-    p.padding[0] = p.padding[1] = d->padding;
-    p.count_include_pad = true; /* torch.nn.AvgPool2d's default */
+    em_pool_params p = pool_params(em_module_data(self));
     return em_avg_pool2d(x, &p, y);
 }
 

@@ -8,27 +8,6 @@
 
 #include "nn/nn_internal.h"
 
-/* Intermediates of one loss, released together. */
-typedef struct nn_tmps {
-    em_tensor *t[32];
-    int n;
-} nn_tmps;
-
-static void tmps_free(nn_tmps *a) {
-    for (int i = 0; i < a->n; i++) em_tensor_release(a->t[i]);
-    a->n = 0;
-}
-
-/* s = call (writing &var) when s is still EM_OK; var joins the intermediates. */
-#define STEP(call, var)                                                                      \
-    do {                                                                                     \
-        if (s == EM_OK) {                                                                    \
-            var = NULL;                                                                      \
-            s = (call);                                                                      \
-            if (s == EM_OK) tm.t[tm.n++] = var;                                              \
-        }                                                                                    \
-    } while (0)
-
 em_ce_opts em_ce_opts_default(void) {
     em_ce_opts o;
     memset(&o, 0, sizeof o);
@@ -99,36 +78,36 @@ static em_status nn_ce(const char *fn, const em_tensor *lp, const em_tensor *tar
             return em_backend_set_error(EM_ERR_DTYPE, "%s: weight is %s, the input %s", fn,
                                         em_dtype_name(em_tensor_dtype(o->weight)),
                                         em_dtype_name(em_tensor_dtype(lp)));
-        STEP(nn_class_view(o->weight, r, cd, &wv), wv);
+        NN_STEP(nn_class_view(o->weight, r, cd, &wv), wv);
     }
     if (em_tensor_kind(target) == EM_KIND_FLOAT) {
         /* class probabilities, lp's shape: -sum_c w_c t'_c lp_c, t' = (1-eps) t + eps / C */
         if (!nn_same_shape(lp, target)) {
-            tmps_free(&tm);
+            nn_tmps_free(&tm);
             return em_backend_set_error(EM_ERR_SHAPE, "%s: probability targets must have the "
                                         "input's shape %s, got %s", fn, nn_shape(lp, a, sizeof a),
                                         nn_shape(target, b, sizeof b));
         }
         em_tensor *t = (em_tensor *)target, *ts = NULL, *p = NULL, *pw = NULL, *per = NULL;
         if (eps > 0) {
-            STEP(em_mul_scalar(target, 1 - eps, &ts), ts);
+            NN_STEP(em_mul_scalar(target, 1 - eps, &ts), ts);
             em_tensor *tt = NULL;
-            STEP(em_add_scalar(ts, eps / (double)C, &tt), tt);
+            NN_STEP(em_add_scalar(ts, eps / (double)C, &tt), tt);
             t = tt;
         }
-        STEP(em_mul(t, lp, &p), p);
-        if (wv) STEP(em_mul(p, wv, &pw), pw);
-        STEP(em_sum_dim(pw ? pw : p, cd, false, &per), per);
+        NN_STEP(em_mul(t, lp, &p), p);
+        if (wv) NN_STEP(em_mul(p, wv, &pw), pw);
+        NN_STEP(em_sum_dim(pw ? pw : p, cd, false, &per), per);
         em_tensor *neg = NULL;
         if (s == EM_OK) s = em_neg(per, &neg);
-        tmps_free(&tm);
+        nn_tmps_free(&tm);
         if (s != EM_OK) return s;
         return nn_reduce(neg, o->reduction, loss);
     }
     /* class indices: lp's shape without the class dim */
     em_dtype it = em_tensor_dtype(target);
     if (it != EM_I64 && it != EM_I32) {
-        tmps_free(&tm);
+        nn_tmps_free(&tm);
         return em_backend_set_error(EM_ERR_DTYPE, "%s: targets must be class indices (i64 or "
                                     "i32) or probabilities (%s), got %s", fn,
                                     em_dtype_name(em_tensor_dtype(lp)), em_dtype_name(it));
@@ -139,7 +118,7 @@ static em_status nn_ce(const char *fn, const em_tensor *lp, const em_tensor *tar
         shape_ok = em_tensor_shape(target)[e++] == em_tensor_shape(lp)[d];
     }
     if (!shape_ok) {
-        tmps_free(&tm);
+        nn_tmps_free(&tm);
         return em_backend_set_error(EM_ERR_SHAPE, "%s: class-index targets must have the "
                                     "input's shape without its class dim (input %s), got %s", fn,
                                     nn_shape(lp, a, sizeof a), nn_shape(target, b, sizeof b));
@@ -147,19 +126,19 @@ static em_status nn_ce(const char *fn, const em_tensor *lp, const em_tensor *tar
     /* ignored targets pick class 0 and count for nothing (mask 0) */
     em_tensor *ign = NULL, *keep = NULL, *zero = NULL, *safe = NULL, *idx = NULL, *picked = NULL;
     em_tensor *nll = NULL, *maskf = NULL;
-    STEP(em_eq_scalar(target, (double)o->ignore_index, &ign), ign);
-    STEP(em_full_like(target, 0.0, &zero), zero);
-    STEP(em_where(ign, zero, target, &safe), safe);
-    STEP(em_logical_not(ign, &keep), keep);
-    STEP(em_cast(keep, em_tensor_dtype(lp), &maskf), maskf);
+    NN_STEP(em_eq_scalar(target, (double)o->ignore_index, &ign), ign);
+    NN_STEP(em_full_like(target, 0.0, &zero), zero);
+    NN_STEP(em_where(ign, zero, target, &safe), safe);
+    NN_STEP(em_logical_not(ign, &keep), keep);
+    NN_STEP(em_cast(keep, em_tensor_dtype(lp), &maskf), maskf);
     /* range check of the kept indices, as nll_loss's */
     if (s == EM_OK) {
         em_tensor *lo = NULL, *hi = NULL, *bad = NULL, *anyb = NULL, *bf = NULL;
-        STEP(em_lt_scalar(safe, 0, &lo), lo);
-        STEP(em_gt_scalar(safe, (double)C - 1, &hi), hi);
-        STEP(em_logical_or(lo, hi, &bad), bad);
-        STEP(em_cast(bad, EM_F32, &bf), bf);
-        STEP(em_sum(bf, &anyb), anyb);
+        NN_STEP(em_lt_scalar(safe, 0, &lo), lo);
+        NN_STEP(em_gt_scalar(safe, (double)C - 1, &hi), hi);
+        NN_STEP(em_logical_or(lo, hi, &bad), bad);
+        NN_STEP(em_cast(bad, EM_F32, &bf), bf);
+        NN_STEP(em_sum(bf, &anyb), anyb);
         double nbad = 0;
         if (s == EM_OK) s = em_tensor_item(anyb, &nbad);
         if (s == EM_OK && nbad > 0)
@@ -167,32 +146,32 @@ static em_status nn_ce(const char *fn, const em_tensor *lp, const em_tensor *tar
                                      "not ignore_index %lld", fn, nbad, (long long)C,
                                      (long long)o->ignore_index);
     }
-    STEP(em_unsqueeze(safe, cd, &idx), idx);
-    STEP(em_gather(lp, cd, idx, &picked), picked);
+    NN_STEP(em_unsqueeze(safe, cd, &idx), idx);
+    NN_STEP(em_gather(lp, cd, idx, &picked), picked);
     em_tensor *pk = NULL, *wy = NULL, *w_y = NULL, *num = NULL;
-    STEP(em_squeeze(picked, cd, &pk), pk);
+    NN_STEP(em_squeeze(picked, cd, &pk), pk);
     /* the weight of each target's class, 0 where ignored */
     if (o->weight) {
         em_tensor *flat = NULL, *sel = NULL;
-        STEP(em_reshape(safe, (const int64_t[]){-1}, 1, &flat), flat);
-        STEP(em_index_select(o->weight, 0, flat, &sel), sel);
-        STEP(em_reshape(sel, em_tensor_shape(target), em_tensor_rank(target), &wy), wy);
-        STEP(em_mul(wy, maskf, &w_y), w_y);
+        NN_STEP(em_reshape(safe, (const int64_t[]){-1}, 1, &flat), flat);
+        NN_STEP(em_index_select(o->weight, 0, flat, &sel), sel);
+        NN_STEP(em_reshape(sel, em_tensor_shape(target), em_tensor_rank(target), &wy), wy);
+        NN_STEP(em_mul(wy, maskf, &w_y), w_y);
     } else {
         w_y = maskf;
     }
-    STEP(em_mul(pk, w_y, &num), num);
-    STEP(em_neg(num, &nll), nll);
+    NN_STEP(em_mul(pk, w_y, &num), num);
+    NN_STEP(em_neg(num, &nll), nll);
     /* the mean divides by the weight of the kept targets (their count without weights) */
     em_tensor *den = NULL;
-    if (o->reduction == EM_REDUCTION_MEAN) STEP(em_sum(w_y, &den), den);
+    if (o->reduction == EM_REDUCTION_MEAN) NN_STEP(em_sum(w_y, &den), den);
     em_tensor *main_loss = NULL;
     if (o->reduction == EM_REDUCTION_NONE) main_loss = nll;
-    else if (o->reduction == EM_REDUCTION_SUM) STEP(em_sum(nll, &main_loss), main_loss);
+    else if (o->reduction == EM_REDUCTION_SUM) NN_STEP(em_sum(nll, &main_loss), main_loss);
     else {
         em_tensor *tot = NULL;
-        STEP(em_sum(nll, &tot), tot);
-        STEP(em_div(tot, den, &main_loss), main_loss);
+        NN_STEP(em_sum(nll, &tot), tot);
+        NN_STEP(em_div(tot, den, &main_loss), main_loss);
     }
     em_tensor *result = main_loss;
     if (eps > 0) {
@@ -200,27 +179,27 @@ static em_status nn_ce(const char *fn, const em_tensor *lp, const em_tensor *tar
          * term, weighted eps / C; the main term (1 - eps) */
         em_tensor *lw = NULL, *sm = NULL, *smn = NULL, *smm = NULL, *sr = NULL, *a1 = NULL,
                   *a2 = NULL, *sum = NULL;
-        STEP(wv ? em_mul(lp, wv, &lw) : em_clone(lp, &lw), lw);
-        STEP(em_sum_dim(lw, cd, false, &sm), sm);
-        STEP(em_neg(sm, &smn), smn);
-        STEP(em_mul(smn, maskf, &smm), smm);
+        NN_STEP(wv ? em_mul(lp, wv, &lw) : em_clone(lp, &lw), lw);
+        NN_STEP(em_sum_dim(lw, cd, false, &sm), sm);
+        NN_STEP(em_neg(sm, &smn), smn);
+        NN_STEP(em_mul(smn, maskf, &smm), smm);
         if (o->reduction == EM_REDUCTION_NONE) sr = smm;
-        else if (o->reduction == EM_REDUCTION_SUM) STEP(em_sum(smm, &sr), sr);
+        else if (o->reduction == EM_REDUCTION_SUM) NN_STEP(em_sum(smm, &sr), sr);
         else {
             em_tensor *tot = NULL;
-            STEP(em_sum(smm, &tot), tot);
-            STEP(em_div(tot, den, &sr), sr);
+            NN_STEP(em_sum(smm, &tot), tot);
+            NN_STEP(em_div(tot, den, &sr), sr);
         }
-        STEP(em_mul_scalar(main_loss, 1 - eps, &a1), a1);
-        STEP(em_mul_scalar(sr, eps / (double)C, &a2), a2);
-        STEP(em_add(a1, a2, &sum), sum);
+        NN_STEP(em_mul_scalar(main_loss, 1 - eps, &a1), a1);
+        NN_STEP(em_mul_scalar(sr, eps / (double)C, &a2), a2);
+        NN_STEP(em_add(a1, a2, &sum), sum);
         result = sum;
     }
     if (s == EM_OK) {
         em_tensor_retain(result);
         *loss = result;
     }
-    tmps_free(&tm);
+    nn_tmps_free(&tm);
     return s;
 }
 
@@ -305,9 +284,9 @@ em_status em_loss_mse_ex(const em_tensor *pred, const em_tensor *target, em_redu
     nn_tmps tm = {{0}, 0};
     em_status s = EM_OK;
     em_tensor *d = NULL, *sq = NULL;
-    STEP(em_sub(pred, target, &d), d);
+    NN_STEP(em_sub(pred, target, &d), d);
     if (s == EM_OK) s = em_mul(d, d, &sq);
-    tmps_free(&tm);
+    nn_tmps_free(&tm);
     return s == EM_OK ? nn_reduce(sq, r, loss) : s;
 }
 
@@ -321,9 +300,9 @@ em_status em_loss_l1(const em_tensor *pred, const em_tensor *target, em_reductio
     nn_tmps tm = {{0}, 0};
     em_status s = EM_OK;
     em_tensor *d = NULL, *ad = NULL;
-    STEP(em_sub(pred, target, &d), d);
+    NN_STEP(em_sub(pred, target, &d), d);
     if (s == EM_OK) s = em_abs(d, &ad);
-    tmps_free(&tm);
+    nn_tmps_free(&tm);
     return s == EM_OK ? nn_reduce(ad, r, loss) : s;
 }
 
@@ -336,15 +315,15 @@ static em_status nn_smooth(const char *fn, const em_tensor *pred, const em_tenso
     em_tensor *d = NULL, *ad = NULL, *q = NULL, *qh = NULL, *l = NULL, *ls = NULL, *c = NULL,
               *out = NULL;
     (void)fn;
-    STEP(em_sub(pred, target, &d), d);
-    STEP(em_abs(d, &ad), ad);
-    STEP(em_mul(d, d, &q), q);
-    STEP(em_mul_scalar(q, 0.5 * qs, &qh), qh);
-    STEP(em_add_scalar(ad, -0.5 * k, &l), l);
-    STEP(em_mul_scalar(l, lin, &ls), ls);
-    STEP(em_lt_scalar(ad, k, &c), c);
+    NN_STEP(em_sub(pred, target, &d), d);
+    NN_STEP(em_abs(d, &ad), ad);
+    NN_STEP(em_mul(d, d, &q), q);
+    NN_STEP(em_mul_scalar(q, 0.5 * qs, &qh), qh);
+    NN_STEP(em_add_scalar(ad, -0.5 * k, &l), l);
+    NN_STEP(em_mul_scalar(l, lin, &ls), ls);
+    NN_STEP(em_lt_scalar(ad, k, &c), c);
     if (s == EM_OK) s = em_where(c, qh, ls, &out);
-    tmps_free(&tm);
+    nn_tmps_free(&tm);
     return s == EM_OK ? nn_reduce(out, r, loss) : s;
 }
 
@@ -385,25 +364,25 @@ em_status em_loss_bce_with_logits(const em_tensor *logits, const em_tensor *targ
     em_tensor *nx = NULL, *m = NULL, *nm = NULL, *e1 = NULL, *xm = NULL, *e2 = NULL, *es = NULL,
               *lg = NULL, *sp = NULL, *omt = NULL, *lin = NULL, *pw1 = NULL, *pwt = NULL,
               *lw = NULL, *spw = NULL, *out = NULL;
-    STEP(em_neg(logits, &nx), nx);
-    STEP(em_relu(nx, &m), m);
-    STEP(em_neg(m, &nm), nm);
-    STEP(em_exp(nm, &e1), e1);
-    STEP(em_sub(nx, m, &xm), xm);
-    STEP(em_exp(xm, &e2), e2);
-    STEP(em_add(e1, e2, &es), es);
-    STEP(em_log(es, &lg), lg);
-    STEP(em_add(lg, m, &sp), sp);
-    STEP(em_mul_scalar(target, -1.0, &omt), omt);
+    NN_STEP(em_neg(logits, &nx), nx);
+    NN_STEP(em_relu(nx, &m), m);
+    NN_STEP(em_neg(m, &nm), nm);
+    NN_STEP(em_exp(nm, &e1), e1);
+    NN_STEP(em_sub(nx, m, &xm), xm);
+    NN_STEP(em_exp(xm, &e2), e2);
+    NN_STEP(em_add(e1, e2, &es), es);
+    NN_STEP(em_log(es, &lg), lg);
+    NN_STEP(em_add(lg, m, &sp), sp);
+    NN_STEP(em_mul_scalar(target, -1.0, &omt), omt);
     em_tensor *omt1 = NULL;
-    STEP(em_add_scalar(omt, 1.0, &omt1), omt1);
-    STEP(em_mul(omt1, logits, &lin), lin);
+    NN_STEP(em_add_scalar(omt, 1.0, &omt1), omt1);
+    NN_STEP(em_mul(omt1, logits, &lin), lin);
     em_tensor *wsp = sp;
     if (pos_weight) {
-        STEP(em_add_scalar(pos_weight, -1.0, &pw1), pw1);
-        STEP(em_mul(pw1, target, &pwt), pwt);
-        STEP(em_add_scalar(pwt, 1.0, &lw), lw);
-        STEP(em_mul(lw, sp, &spw), spw);
+        NN_STEP(em_add_scalar(pos_weight, -1.0, &pw1), pw1);
+        NN_STEP(em_mul(pw1, target, &pwt), pwt);
+        NN_STEP(em_add_scalar(pwt, 1.0, &lw), lw);
+        NN_STEP(em_mul(lw, sp, &spw), spw);
         wsp = spw;
     }
     if (s == EM_OK) s = em_add(lin, wsp, &out);
@@ -414,6 +393,6 @@ em_status em_loss_bce_with_logits(const em_tensor *logits, const em_tensor *targ
                                  nn_shape(logits, b, sizeof b));
         em_tensor_release(out);
     }
-    tmps_free(&tm);
+    nn_tmps_free(&tm);
     return s == EM_OK ? nn_reduce(out, r, loss) : s;
 }

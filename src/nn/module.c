@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ember/io.h"
 #include "nn/nn_internal.h"
 
 /* A named tensor, allocated on its own so that &e->t (a slot of an em_params set) stays put
@@ -382,18 +381,7 @@ em_status em_module_save(em_module *m, const char *path) {
     em_params *st = NULL;
     NN_TRY(em_params_create(&st));
     em_status s = em_module_state(m, NULL, st);
-    size_t n = em_params_count(st);
-    const char **names = s == EM_OK && n ? malloc(n * sizeof *names) : NULL;
-    const em_tensor **ts = s == EM_OK && n ? malloc(n * sizeof *ts) : NULL;
-    if (s == EM_OK && n && (!names || !ts))
-        s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
-    for (size_t i = 0; s == EM_OK && i < n; i++) {
-        names[i] = em_params_name(st, i);
-        ts[i] = em_params_get(st, i);
-    }
-    if (s == EM_OK) s = em_safetensors_save(path, names, ts, n);
-    free(names);
-    free(ts);
+    if (s == EM_OK) s = em_params_save(st, path);
     em_params_release(st);
     return s;
 }
@@ -405,50 +393,7 @@ em_status em_module_load(em_module *m, const char *path) {
     em_params *st = NULL;
     NN_TRY(em_params_create(&st));
     em_status s = em_module_state(m, NULL, st);
-    size_t n = em_params_count(st);
-    em_tensor_map *map = NULL;
-    if (s == EM_OK) {
-        em_device dev = n ? em_tensor_device(em_params_get(st, 0)) : em_device_default();
-        dev.autodiff = false;
-        dev.checkpointing = EM_CKPT_NONE;
-        s = em_safetensors_load(path, dev, &map);
-    }
-    if (s == EM_OK && em_tensor_map_size(map) != n)
-        s = em_backend_set_error(EM_ERR_IO, "%s: %s holds %zu tensors, the module %zu", fn, path,
-                                 em_tensor_map_size(map), n);
-    /* every check before the first assignment: a file that does not fit changes nothing */
-    for (size_t pass = 0; pass < 2 && s == EM_OK; pass++)
-        for (size_t i = 0; i < n && s == EM_OK; i++) {
-            const char *name = em_params_name(st, i);
-            em_tensor *dst = em_params_get(st, i), *src = NULL;
-            if (em_tensor_map_get(map, name, &src) != EM_OK) {
-                s = em_backend_set_error(EM_ERR_IO, "%s: %s has no tensor '%s'", fn, path, name);
-                break;
-            }
-            int r = em_tensor_rank(dst);
-            bool same = em_tensor_rank(src) == r &&
-                        memcmp(em_tensor_shape(src), em_tensor_shape(dst),
-                               (size_t)r * sizeof(int64_t)) == 0;
-            if (!same)
-                s = em_backend_set_error(EM_ERR_SHAPE, "%s: '%s' in %s has another shape than "
-                                         "the module's", fn, name, path);
-            else if (em_tensor_dtype(src) != em_tensor_dtype(dst))
-                s = em_backend_set_error(EM_ERR_DTYPE, "%s: '%s' in %s is %s, the module's is %s",
-                                         fn, name, path, em_dtype_name(em_tensor_dtype(src)),
-                                         em_dtype_name(em_tensor_dtype(dst)));
-            else if (pass == 1) {
-                em_device dd = em_tensor_device(dst), sd = em_tensor_device(src);
-                dd.autodiff = false;
-                dd.checkpointing = EM_CKPT_NONE;
-                em_tensor *moved = NULL;
-                if (dd.backend != sd.backend || dd.index != sd.index)
-                    s = em_to_device(src, dd, &moved);
-                if (s == EM_OK) s = em_tensor_assign(dst, moved ? moved : src);
-                em_tensor_release(moved);
-            }
-            em_tensor_release(src);
-        }
-    em_tensor_map_release(map);
+    if (s == EM_OK) s = em_params_load(st, path);
     em_params_release(st);
     return s;
 }

@@ -12,6 +12,28 @@
         if (nn_s_ != EM_OK) return nn_s_;                                                    \
     } while (0)
 
+/** Intermediates of a composed function, released together (nn_tmps_free). */
+typedef struct nn_tmps {
+    em_tensor *t[32];
+    int n;
+} nn_tmps;
+
+static inline void nn_tmps_free(nn_tmps *a) {
+    for (int i = 0; i < a->n; i++) em_tensor_release(a->t[i]);
+    a->n = 0;
+}
+
+/* With `em_status s` and `nn_tmps tm` in scope: s = call (which writes var) while s is still
+ * EM_OK; a result joins tm. */
+#define NN_STEP(call, var)                                                                   \
+    do {                                                                                     \
+        if (s == EM_OK) {                                                                    \
+            var = NULL;                                                                      \
+            s = (call);                                                                      \
+            if (s == EM_OK) tm.t[tm.n++] = var;                                              \
+        }                                                                                    \
+    } while (0)
+
 /** "<fn>: <what> is NULL" as EM_ERR_ARG. */
 static inline em_status nn_null(const char *fn, const char *what) {
     return em_backend_set_error(EM_ERR_ARG, "%s: %s is NULL", fn, what);

@@ -238,6 +238,34 @@ class RMS(nn.Module):
 
 layer_case("rms", RMS(5, 1e-6), (3, 2, 5), ["weight"])
 
+# MultiheadAttention (self-attention, batch first), causal and with a key padding mask
+def getp(mod, path):
+    for part in path.split("."):
+        mod = getattr(mod, part)
+    return mod
+
+
+MHA_P = ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]
+for name, causal, pad in [("mha", False, False), ("mhac", True, True)]:
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).double()
+    x = rnd(2, 5, 8).requires_grad_(True)
+    put(name + ".x", x)
+    for pn in MHA_P:
+        p = getp(mha, pn)
+        with torch.no_grad():
+            p.copy_(rnd(*p.shape))
+        put(name + "." + pn, p)
+    am = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1) if causal else None
+    kp = torch.tensor([[False] * 5, [False, False, False, True, True]]) if pad else None
+    y = mha(x, x, x, attn_mask=am, key_padding_mask=kp, need_weights=False)[0]
+    r = rnd(*y.shape)
+    put(name + ".r", r)
+    (y * r).sum().backward()
+    put(name + ".y", y)
+    put(name + ".dx", x.grad)
+    for pn in MHA_P:
+        put(name + ".d" + pn, getp(mha, pn).grad)
+
 # parameter groups: layer 0 in group 0, layer 2 in group 1, each with its own lr and weight
 # decay; 3 steps (test_nn.c's test_optimizer_groups)
 gcases = {

@@ -385,6 +385,89 @@ static void test_norm_layers(void **state) {
     assert_int_equal(em_nn_rms_norm(0, 1e-6, true, &o, &m), EM_ERR_ARG);
 }
 
+/* MultiheadAttention against torch's: plain, and causal with a key padding mask; the
+ * transformer block's structure and names. */
+static void test_attention_layers(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    static const char *const pn[4] = {"in_proj_weight", "in_proj_bias", "out_proj.weight",
+                                      "out_proj.bias"};
+    for (size_t di = 0; di < nd; di++)
+        for (int c = 0; c < 2; c++) {
+            em_device dev = ad_of(list[di], c ? EM_CKPT_BALANCED : EM_CKPT_DISABLED);
+            em_module_opts o = f64_opts(dev);
+            em_module *m = NULL;
+            assert_int_equal(em_nn_multihead_attention(8, 2, true, 0.0, false, &o, &m), EM_OK);
+            run_layer("mha", m, (const int64_t[]){2, 5, 8}, 3, pn, 4, dev);
+            em_module_release(m);
+            /* causal, with padding: through em_nn_mha_forward */
+            assert_int_equal(em_nn_multihead_attention(8, 2, true, 0.0, true, &o, &m), EM_OK);
+            em_params *ps = NULL;
+            assert_int_equal(em_params_create(&ps), EM_OK);
+            assert_int_equal(em_module_params(m, NULL, ps), EM_OK);
+            for (int i = 0; i < 4; i++) set_param(ps, "mhac", pn[i]);
+            em_tensor *x = from(gget("mhac.x"), (const int64_t[]){2, 5, 8}, 3, dev), *kp = NULL;
+            assert_int_equal(em_tensor_require_grad(x), EM_OK);
+            bool pad[10] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1};
+            assert_int_equal(em_tensor_from_data(pad, EM_BOOL, (const int64_t[]){2, 5}, 2,
+                                                 inner_of(dev), &kp), EM_OK);
+            em_tensor *y = NULL, *r = NULL, *yr = NULL, *loss = NULL;
+            assert_int_equal(em_nn_mha_forward(m, x, kp, true, &y), EM_OK);
+            expect_close(y, gget("mhac.y"), TOL, "mhac");
+            r = from(gget("mhac.r"), em_tensor_shape(y), 3, inner_of(dev));
+            assert_int_equal(em_mul(y, r, &yr), EM_OK);
+            assert_int_equal(em_sum(yr, &loss), EM_OK);
+            em_grads *g = NULL;
+            assert_int_equal(em_backward(loss, &g), EM_OK);
+            em_tensor *gx = NULL;
+            assert_int_equal(em_grads_get(g, x, &gx), EM_OK);
+            expect_close(gx, gget("mhac.dx"), TOL, "mhac");
+            em_tensor_release(gx);
+            for (int i = 0; i < 4; i++) {
+                em_tensor *gp = NULL;
+                assert_int_equal(em_grads_get(g, em_params_find(ps, pn[i]), &gp), EM_OK);
+                expect_close(gp, ggetf("%s.d%s", "mhac", pn[i]), TOL, "mhac");
+                em_tensor_release(gp);
+            }
+            em_grads_release(g);
+            em_tensor_release(loss), em_tensor_release(yr), em_tensor_release(r);
+            em_tensor_release(y), em_tensor_release(kp), em_tensor_release(x);
+            em_params_release(ps);
+            em_module_release(m);
+        }
+    em_device ref;
+    assert_int_equal(em_device_parse("ref+autodiff", &ref), EM_OK);
+    em_module_opts o = em_module_opts_default(ref, 3);
+    em_module *blk = NULL;
+    assert_int_equal(em_nn_transformer_block(8, 2, 32, 0.0, true, &o, &blk), EM_OK);
+    em_params *ps = NULL;
+    assert_int_equal(em_params_create(&ps), EM_OK);
+    assert_int_equal(em_module_params(blk, NULL, ps), EM_OK);
+    expect_names(ps, (const char *const[]){"ln1.weight", "ln1.bias", "attn.in_proj_weight",
+                                           "attn.in_proj_bias", "attn.out_proj.weight",
+                                           "attn.out_proj.bias", "ln2.weight", "ln2.bias",
+                                           "mlp.0.weight", "mlp.0.bias", "mlp.2.weight",
+                                           "mlp.2.bias"}, 12);
+    em_tensor *x = NULL, *y = NULL;
+    assert_int_equal(em_rand_normal((const int64_t[]){2, 5, 8}, 3, EM_F32, 0, 1, 5, ref, &x),
+                     EM_OK);
+    assert_int_equal(em_module_forward(blk, x, true, &y), EM_OK);
+    assert_int_equal(em_tensor_rank(y), 3);
+    em_tensor *bad = NULL;
+    assert_int_equal(em_rand_normal((const int64_t[]){2, 5, 6}, 3, EM_F32, 0, 1, 5, ref, &bad),
+                     EM_OK);
+    em_tensor_release(y);
+    y = NULL;
+    assert_int_equal(em_module_forward(blk, bad, true, &y), EM_ERR_SHAPE);
+    expect_error_contains("TransformerBlock > LayerNorm(8, eps 1e-05)");
+    em_module *mm = NULL;
+    assert_int_equal(em_nn_multihead_attention(8, 3, true, 0, false, &o, &mm), EM_ERR_ARG);
+    em_tensor_release(bad), em_tensor_release(x);
+    em_params_release(ps);
+    em_module_release(blk);
+}
+
 /* ---- a user's module: y = scale * inner(x) + offset, offset a buffer ---- */
 
 typedef struct scaled_data {
@@ -1786,6 +1869,7 @@ int main(void) {
         cmocka_unit_test(test_errors),      cmocka_unit_test(test_more_layers),
         cmocka_unit_test(test_module_interface), cmocka_unit_test(test_no_grad),
         cmocka_unit_test(test_losses_ex),   cmocka_unit_test(test_norm_layers),
+        cmocka_unit_test(test_attention_layers),
         cmocka_unit_test(test_optimizer_resume), cmocka_unit_test(test_optimizer_groups),
         cmocka_unit_test(test_schedules),        cmocka_unit_test(test_grads_add),
         cmocka_unit_test(test_init),
