@@ -457,7 +457,7 @@ double em_optimizer_group_weight_decay(const em_optimizer *opt, size_t group);
  *  program that resumes sets them. EM_ERR_ARG for NULL; EM_ERR_STATE when a parameter's
  *  slot is empty; the errors of em_params_add. */
 em_status em_optimizer_state(em_optimizer *opt, em_params *out);
-/** Writes em_optimizer_state to a safetensors file (em_safetensors_save). With em_module_save
+/** Writes em_optimizer_state to a safetensors file (em_params_save). With em_module_save
  *  of the model, what resuming needs. */
 em_status em_optimizer_save(em_optimizer *opt, const char *path);
 /** Reads a file em_optimizer_save wrote, for an optimizer of the same kind over parameters

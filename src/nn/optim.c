@@ -519,18 +519,7 @@ em_status em_optimizer_save(em_optimizer *opt, const char *path) {
     em_params *st = NULL;
     NN_TRY(em_params_create(&st));
     em_status s = em_optimizer_state(opt, st);
-    size_t n = em_params_count(st);
-    const char **names = s == EM_OK && n ? malloc(n * sizeof *names) : NULL;
-    const em_tensor **ts = s == EM_OK && n ? malloc(n * sizeof *ts) : NULL;
-    if (s == EM_OK && n && (!names || !ts))
-        s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
-    for (size_t i = 0; s == EM_OK && i < n; i++) {
-        names[i] = em_params_name(st, i);
-        ts[i] = em_params_get(st, i);
-    }
-    if (s == EM_OK) s = em_safetensors_save(path, names, ts, n);
-    free(names);
-    free(ts);
+    if (s == EM_OK) s = em_params_save(st, path);
     em_params_release(st);
     return s;
 }
