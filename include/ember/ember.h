@@ -717,6 +717,22 @@ em_status em_backward(const em_tensor *loss, em_grads **out);
 em_status em_grads_get(const em_grads *g, const em_tensor *param, em_tensor **out);
 /** Frees a gradient set. NULL is a no-op. */
 void em_grads_release(em_grads *g);
+/** Gradient accumulation over micro-batches: adds g's gradients into acc (acc's gradient of
+ *  each leaf becomes a new tensor, acc_grad + g_grad; a leaf only g has is added to acc with
+ *  g's gradient, shared). g is unchanged and still to be released; gradients taken from acc
+ *  with em_grads_get before keep their values. Scale each micro-batch's loss (e.g. by 1 / the
+ *  number of micro-batches) for a mean:
+ *
+ *      em_grads *acc = NULL, *g;
+ *      for (k = 0; k < K; k++) {            // loss_k = mean over micro-batch k, times 1 / K
+ *          em_backward(loss_k, &g);
+ *          if (!acc) acc = g; else { em_grads_add(acc, g); em_grads_release(g); }
+ *      }
+ *      em_optimizer_step(opt, acc, 1.0);  em_grads_release(acc);
+ *
+ *  EM_ERR_ARG for NULL acc or g, or acc == g; the errors of em_add (a gradient of the same leaf
+ *  of another dtype or device); EM_ERR_NOMEM. Nothing changes on error. */
+em_status em_grads_add(em_grads *acc, const em_grads *g);
 
 /* ---- memory, from the backends' allocators ---- */
 

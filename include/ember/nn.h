@@ -1,6 +1,7 @@
 /*
  * nn.h — neural-network building blocks on top of ember.h: named parameter sets, modules
- * (layers), losses, optimizers, a learning-rate schedule and gradient clipping.
+ * (layers), initialization, losses, optimizers (parameter groups, state saved and loaded),
+ * learning-rate schedules and gradient clipping.
  *
  *   1. parameter sets            4. losses
  *   2. module options and init   5. optimizers, schedule, clipping
@@ -304,6 +305,27 @@ em_status em_nn_residual(em_module *body, em_module **out);
  *  rank >= 2) with xavier_uniform from seed, and every "bias" with zeros. */
 em_status em_init_xavier_uniform(const em_params *params, uint64_t seed);
 
+/** Initialization in place (em_tensor_assign: a tracked parameter stays the same leaf), from
+ *  ember's Philox (em_rand_*): one seed gives the same values on every device. The set
+ *  versions initialize every entry, entry i with a seed derived from seed and i, and name the
+ *  entry in errors. EM_ERR_ARG for NULL or a bad number (named), EM_ERR_DTYPE for a tensor
+ *  that is not float. */
+/** t ~ N(mean, std^2) (torch.nn.init.normal_); std >= 0. */
+em_status em_init_tensor_normal(em_tensor *t, double mean, double std, uint64_t seed);
+/** torch.nn.init.trunc_normal_: N(mean, std^2) restricted to [a, b] (std > 0, a < b), drawn
+ *  as torch does (uniform in [2 cdf(a') - 1, 2 cdf(b') - 1) through erfinv, then clamped to
+ *  [a, b]; a', b' the standardized bounds), computed in f64. Not torch's bits. */
+em_status em_init_tensor_trunc_normal(em_tensor *t, double mean, double std, double a,
+                                      double b, uint64_t seed);
+/** Every element = value (zeros_, ones_, constant_). */
+em_status em_init_tensor_constant(em_tensor *t, double value);
+em_status em_init_normal(const em_params *params, double mean, double std, uint64_t seed);
+em_status em_init_trunc_normal(const em_params *params, double mean, double std, double a,
+                               double b, uint64_t seed);
+em_status em_init_constant(const em_params *params, double value);
+em_status em_init_zeros(const em_params *params);
+em_status em_init_ones(const em_params *params);
+
 /* ======================================================================================
  * 4. Losses (0-d results; tracked when the inputs are)
  * ====================================================================================== */
@@ -370,7 +392,7 @@ em_status em_loss_huber(const em_tensor *pred, const em_tensor *target, double d
                         em_reduction r, em_tensor **loss);
 
 /* ======================================================================================
- * 5. Optimizers, learning-rate schedule, gradient clipping
+ * 5. Optimizers, learning-rate schedules, gradient clipping
  *
  * An optimizer keeps the slots of a parameter set (copied at creation: entries added to the
  * set later are not seen) and per-parameter state (untracked tensors on each parameter's
@@ -403,9 +425,72 @@ double em_optimizer_lr(const em_optimizer *opt);
 /** Frees the optimizer and its state. NULL is a no-op. */
 void em_optimizer_release(em_optimizer *opt);
 
+/* ---- parameter groups (torch's param_groups) ----
+ * The parameters given at creation are group 0, with the creation's lr and weight decay;
+ * each em_optimizer_add_group appends a group with its own. em_optimizer_set_lr sets every
+ * group's lr; em_optimizer_lr reads group 0's. */
+
+/** Appends the parameters of `params` (slots copied, as at creation) as a new group with its
+ *  own lr and weight_decay (the other hyperparameters are the optimizer's). EM_ERR_ARG for
+ *  NULL opt or params, lr < 0, weight_decay < 0, or a parameter (slot) or name already in
+ *  the optimizer; nothing changes on error. */
+em_status em_optimizer_add_group(em_optimizer *opt, const em_params *params, double lr,
+                                 double weight_decay);
+/** The number of groups (0 for NULL). */
+size_t em_optimizer_group_count(const em_optimizer *opt);
+/** Sets one group's lr. EM_ERR_ARG for NULL opt, a group out of range or lr < 0. */
+em_status em_optimizer_set_group_lr(em_optimizer *opt, size_t group, double lr);
+/** A group's lr and weight decay (0 for NULL or a group out of range). */
+double em_optimizer_group_lr(const em_optimizer *opt, size_t group);
+double em_optimizer_group_weight_decay(const em_optimizer *opt, size_t group);
+
+/* ---- state: resuming training exactly ---- */
+
+/** Appends the optimizer's state to out (a parameter set: entries refer to the optimizer's
+ *  own slots, valid until its next step, load or release), per parameter in order, named
+ *  after the parameter's name in the optimizer:
+ *    "<name>.step"             0-d i64, the updates the parameter received (always listed);
+ *    "<name>.momentum_buffer"  SGD with momentum;
+ *    "<name>.exp_avg", "<name>.exp_avg_sq"   Adam and AdamW,
+ *  each of the parameter's shape and dtype, on its inner device, and listed once it exists
+ *  (after the parameter's first update). Hyperparameters (lr, groups) are not state: the
+ *  program that resumes sets them. EM_ERR_ARG for NULL; EM_ERR_STATE when a parameter's
+ *  slot is empty; the errors of em_params_add. */
+em_status em_optimizer_state(em_optimizer *opt, em_params *out);
+/** Writes em_optimizer_state to a safetensors file (em_params_save). With em_module_save
+ *  of the model, what resuming needs. */
+em_status em_optimizer_save(em_optimizer *opt, const char *path);
+/** Reads a file em_optimizer_save wrote, for an optimizer of the same kind over parameters
+ *  of the same names, shapes and dtypes (e.g. a fresh one over a freshly loaded model): the
+ *  next steps are those the saved optimizer would have taken. Strict: every "<name>.step"
+ *  must be there, the moments of each parameter whose step is > 0 too, and nothing else;
+ *  EM_ERR_IO (a missing or extra tensor, a negative step, an unreadable file), EM_ERR_SHAPE,
+ *  EM_ERR_DTYPE (step is i64, the moments the parameter's dtype). Nothing changes on error. */
+em_status em_optimizer_load(em_optimizer *opt, const char *path);
+
 /** The step schedule (torch StepLR): base_lr * gamma^floor(epoch / step_size); base_lr when
  *  step_size < 1. */
 double em_lr_step(double base_lr, int epoch, int step_size, double gamma);
+
+/* Schedules as pure functions of the step (0 first), torch's closed forms; set the result
+ * with em_optimizer_set_lr (or per group) before each step. Arguments out of range give NaN,
+ * which em_optimizer_set_lr refuses (EM_ERR_ARG). */
+
+/** torch's LinearLR (a linear warmup when end_factor is 1): base_lr * (start_factor +
+ *  (end_factor - start_factor) * min(step, total_iters) / total_iters). NaN unless step >= 0,
+ *  total_iters >= 1, start_factor in (0, 1], end_factor in [0, 1]. */
+double em_lr_linear(double base_lr, int step, double start_factor, double end_factor,
+                    int total_iters);
+/** torch's CosineAnnealingLR: eta_min + (base_lr - eta_min) (1 + cos(pi step / t_max)) / 2.
+ *  NaN unless step >= 0 and t_max >= 1. */
+double em_lr_cosine(double base_lr, int step, int t_max, double eta_min);
+/** torch's OneCycleLR (two phases, cosine annealing, the lr only): from max_lr / div_factor up
+ *  to max_lr over the first pct_start * total_steps - 1 steps, then down to max_lr /
+ *  (div_factor * final_div_factor) at step total_steps - 1. torch's defaults: pct_start 0.3,
+ *  div_factor 25, final_div_factor 1e4. NaN unless 0 <= step <= total_steps, total_steps >= 1,
+ *  pct_start in [0, 1], both factors > 0. */
+double em_lr_one_cycle(double max_lr, int step, int total_steps, double pct_start,
+                       double div_factor, double final_div_factor);
 
 /** The global L2 norm of the gradients in g of the parameters of p, into *total_norm (may be
  *  NULL), and the factor min(1, max_norm / (total + 1e-6)) into *scale, to pass to

@@ -462,3 +462,57 @@ void em_grads_release(em_grads *g) {
     free(g->grad);
     free(g);
 }
+
+em_status em_grads_add(em_grads *acc, const em_grads *g) {
+    static const char fn[] = "em_grads_add";
+    if (!acc) return emi_fail(EM_ERR_ARG, "%s: acc is NULL", fn);
+    if (!g) return emi_fail(EM_ERR_ARG, "%s: g is NULL", fn);
+    if (acc == g) return emi_fail(EM_ERR_ARG, "%s: acc and g are the same set", fn);
+    /* every sum first, into sum[j] for g's entry j (NULL: a leaf acc lacks): a failure
+     * changes nothing */
+    em_tensor **sum = calloc(g->n ? g->n : 1, sizeof *sum);
+    size_t *at = calloc(g->n ? g->n : 1, sizeof *at);
+    em_status s = sum && at ? EM_OK : emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    size_t extra = 0;
+    for (size_t j = 0; j < g->n && s == EM_OK; j++) {
+        at[j] = acc->n;
+        for (size_t i = 0; i < acc->n; i++)
+            if (acc->leaf[i] == g->leaf[j]) {
+                at[j] = i;
+                break;
+            }
+        if (at[j] == acc->n) extra++;
+        else s = em_add(acc->grad[at[j]], g->grad[j], &sum[j]);
+    }
+    if (s == EM_OK && acc->n + extra > acc->cap) {
+        size_t cap = acc->n + extra;
+        emi_ad_node **l = realloc(acc->leaf, cap * sizeof *l);
+        if (l) acc->leaf = l;
+        em_tensor **t = l ? realloc(acc->grad, cap * sizeof *t) : NULL;
+        if (t) {
+            acc->grad = t;
+            acc->cap = cap;
+        } else {
+            s = emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+        }
+    }
+    if (s == EM_OK)
+        for (size_t j = 0; j < g->n; j++) {
+            if (sum[j]) {
+                em_tensor_release(acc->grad[at[j]]);
+                acc->grad[at[j]] = sum[j];
+                sum[j] = NULL;
+            } else {
+                /* cannot fail: capacity reserved above */
+                atomic_fetch_add_explicit(&g->leaf[j]->refs, 1, memory_order_relaxed);
+                em_tensor_retain(g->grad[j]);
+                acc->leaf[acc->n] = g->leaf[j];
+                acc->grad[acc->n] = g->grad[j];
+                acc->n++;
+            }
+        }
+    for (size_t j = 0; sum && j < g->n; j++) em_tensor_release(sum[j]);
+    free(sum);
+    free(at);
+    return s;
+}

@@ -266,6 +266,46 @@ for name, causal, pad in [("mha", False, False), ("mhac", True, True)]:
     for pn in MHA_P:
         put(name + ".d" + pn, getp(mha, pn).grad)
 
+# parameter groups: layer 0 in group 0, layer 2 in group 1, each with its own lr and weight
+# decay; 3 steps (test_nn.c's test_optimizer_groups)
+gcases = {
+    "gsgd": lambda g: torch.optim.SGD(g, lr=0.1, momentum=0.9),
+    "gadamw": lambda g: torch.optim.AdamW(g, lr=0.01, betas=(0.9, 0.999), eps=1e-8),
+}
+for cname, mk in gcases.items():
+    m = __import__("copy").deepcopy(init)
+    opt = mk([{"params": m[0].parameters(), "lr": 0.1 if cname == "gsgd" else 0.01,
+               "weight_decay": 0.01},
+              {"params": m[2].parameters(), "lr": 0.03 if cname == "gsgd" else 0.002,
+               "weight_decay": 0.2}])
+    for step in range(3):
+        opt.zero_grad()
+        nn.functional.cross_entropy(m(ox), oy).backward()
+        opt.step()
+        for n, p in m.named_parameters():
+            put("%s.%d.%s" % (cname, step, n), p)
+
+
+# schedules: the lr of each step from torch's schedulers (base lr 0.1)
+def sched(name, mk, n):
+    p = torch.nn.Parameter(torch.zeros(1, dtype=D))
+    o = torch.optim.SGD([p], lr=0.1)
+    sc = mk(o)
+    lrs = []
+    for _ in range(n):
+        lrs.append(o.param_groups[0]["lr"])
+        o.step()
+        sc.step()
+    put("sched." + name, torch.tensor(lrs, dtype=D))
+
+
+S = torch.optim.lr_scheduler
+sched("linear", lambda o: S.LinearLR(o, start_factor=0.1, end_factor=1.0, total_iters=5), 9)
+sched("cosine", lambda o: S.CosineAnnealingLR(o, T_max=10, eta_min=0.001), 13)
+sched("onecycle", lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=20), 20)
+sched("onecycle2", lambda o: S.OneCycleLR(o, max_lr=0.5, total_steps=17, pct_start=0.25,
+                                           div_factor=10, final_div_factor=100), 17)
+
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden_nn.txt")
 with open(path, "w") as f:
     f.write("# written by gen_nn.py (PyTorch %s, float64); do not edit\n" % torch.__version__)

@@ -5,7 +5,9 @@
  * (written by tests/nn/gen_nn.py) on every device of em_devices() wrapped for autodiff
  * (DISABLED and BALANCED). Parameters are set from the golden file with em_tensor_assign, so
  * the init does not matter. Also: em_tensor_assign's contract, dropout, init bounds, a small
- * training run on a separable 2-class problem on every device, and bad inputs.
+ * training run on a separable 2-class problem on every device, and bad inputs; optimizer
+ * state saved and loaded (resuming bit for bit), parameter groups and the schedules against
+ * torch, gradient accumulation (em_grads_add), normal / truncated normal / constant init.
  */
 #include "errcheck.h"
 
@@ -1119,6 +1121,492 @@ static void test_optimizers(void **state) {
         }
 }
 
+/* ---- optimizer state: resume exactly ---- */
+
+static em_optimizer *make_opt(int k, em_params *ps) {
+    em_optimizer *opt = NULL;
+    if (k == 0) assert_int_equal(em_optimizer_sgd(ps, 0.1, 0.9, 0.01, &opt), EM_OK);
+    if (k == 1) assert_int_equal(em_optimizer_adamw(ps, 0.01, 0.9, 0.999, 1e-8, 0.1, &opt), EM_OK);
+    if (k == 2) assert_int_equal(em_optimizer_adam(ps, 0.01, 0.9, 0.999, 1e-8, 0.01, &opt), EM_OK);
+    if (k == 3) assert_int_equal(em_optimizer_sgd(ps, 0.1, 0, 0, &opt), EM_OK);
+    return opt;
+}
+
+static void train_steps(em_module *m, em_optimizer *opt, em_device dev, int n) {
+    for (int i = 0; i < n; i++) {
+        em_grads *g = tiny_grads(m, dev);
+        assert_int_equal(em_optimizer_step(opt, g, 1.0), EM_OK);
+        em_grads_release(g);
+    }
+}
+
+/* the parameters of a and b are equal bit for bit */
+static void expect_same_bits(em_params *a, em_params *b) {
+    assert_int_equal(em_params_count(a), em_params_count(b));
+    for (size_t i = 0; i < em_params_count(a); i++) {
+        double x[64], y[64];
+        em_tensor *ta = em_params_get(a, i), *tb = em_params_get(b, i);
+        size_t bytes = (size_t)em_tensor_numel(ta) * sizeof(double);
+        assert_true(bytes <= sizeof x);
+        assert_int_equal(em_tensor_to_data(ta, x, sizeof x), EM_OK);
+        assert_int_equal(em_tensor_to_data(tb, y, sizeof y), EM_OK);
+        if (memcmp(x, y, bytes) != 0) fail_msg("parameter %s differs", em_params_name(a, i));
+    }
+}
+
+static void temp_path(char *path, size_t cap, const char *what) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, cap, "%s/ember_test_%s_XXXXXX", tmp && tmp[0] ? tmp : "/tmp", what);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+/* An AdamW over four tensors named as the tiny model's, of the given shapes and dtype. */
+static em_optimizer *fake_opt(em_device dev, em_dtype dt, int64_t out1, em_tensor **ts,
+                              em_params **ps) {
+    const int64_t sh[4][2] = {{4, 3}, {out1, 0}, {2, 4}, {2, 0}};
+    const int rk[4] = {2, 1, 2, 1};
+    static const char *const nm[4] = {"0.weight", "0.bias", "2.weight", "2.bias"};
+    assert_int_equal(em_params_create(ps), EM_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(em_zeros(sh[i], rk[i], dt, dev, &ts[i]), EM_OK);
+        assert_int_equal(em_params_add(*ps, nm[i], &ts[i]), EM_OK);
+    }
+    em_optimizer *o = NULL;
+    assert_int_equal(em_optimizer_adamw(*ps, 0.01, 0.9, 0.999, 1e-8, 0.1, &o), EM_OK);
+    return o;
+}
+
+/* path holds AdamW's state after 3 steps of the tiny model: loads that do not fit fail and
+ * change nothing */
+static void expect_strict_load(const char *path, em_device dev) {
+    em_tensor *ts[4];
+    em_params *ps = NULL;
+    for (int c = 0; c < 3; c++) {
+        em_optimizer *o = fake_opt(dev, c == 1 ? EM_F32 : EM_F64, c == 0 ? 5 : 4, ts, &ps);
+        em_status want = c == 0 ? EM_ERR_SHAPE : c == 1 ? EM_ERR_DTYPE : EM_OK;
+        assert_int_equal(em_optimizer_load(o, path), want);
+        em_params *st = NULL;
+        assert_int_equal(em_params_create(&st), EM_OK);
+        assert_int_equal(em_optimizer_state(o, st), EM_OK);
+        assert_int_equal(em_params_count(st), c == 2 ? 12 : 4); /* nothing loaded on error */
+        double v = -1;
+        assert_int_equal(em_tensor_item(em_params_get(st, 0), &v), EM_OK);
+        assert_true(v == (c == 2 ? 3 : 0));
+        em_params_release(st);
+        em_optimizer_release(o);
+        for (int i = 0; i < 4; i++) em_tensor_release(ts[i]);
+        em_params_release(ps);
+    }
+    /* a missing file, NULL arguments */
+    em_optimizer *o = fake_opt(dev, EM_F64, 4, ts, &ps);
+    assert_int_equal(em_optimizer_load(o, "/nonexistent/ember_optim"), EM_ERR_IO);
+    assert_int_equal(em_optimizer_load(o, NULL), EM_ERR_ARG);
+    expect_error_contains("path");
+    assert_int_equal(em_optimizer_load(NULL, path), EM_ERR_ARG);
+    assert_int_equal(em_optimizer_save(o, NULL), EM_ERR_ARG);
+    assert_int_equal(em_optimizer_state(o, NULL), EM_ERR_ARG);
+    expect_error_contains("out");
+    em_optimizer_release(o);
+    for (int i = 0; i < 4; i++) em_tensor_release(ts[i]);
+    em_params_release(ps);
+}
+
+static void test_optimizer_resume(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    char mpath[1024], opath[1024];
+    temp_path(mpath, sizeof mpath, "model");
+    temp_path(opath, sizeof opath, "optim");
+    for (size_t di = 0; di < nd; di++)
+        for (int k = 0; k < 4; k++)
+            for (int ni = 0; ni < 3; ni++) {
+                /* n = 0: saved before the first step; 100 + 100 = 200 straight steps */
+                const int n = ni == 0 ? 0 : ni == 1 ? 3 : 100, more = n ? n : 3;
+                em_device dev = ad_of(list[di], EM_CKPT_DISABLED);
+                em_params *ps = NULL, *ps2 = NULL, *ps3 = NULL;
+                em_module *m = tiny_model(dev, &ps);
+                em_optimizer *opt = make_opt(k, ps);
+                train_steps(m, opt, dev, n);
+                assert_int_equal(em_module_save(m, mpath), EM_OK);
+                assert_int_equal(em_optimizer_save(opt, opath), EM_OK);
+                em_params *st = NULL;
+                assert_int_equal(em_params_create(&st), EM_OK);
+                assert_int_equal(em_optimizer_state(opt, st), EM_OK);
+                size_t per = k == 3 ? 1 : (k == 0 ? 2 : 3);
+                assert_int_equal(em_params_count(st), n ? 4 * per : 4);
+                assert_string_equal(em_params_name(st, 0), "0.weight.step");
+                if (n && k == 0) assert_string_equal(em_params_name(st, 1), "0.weight.momentum_buffer");
+                if (n && k == 1) assert_string_equal(em_params_name(st, 2), "0.weight.exp_avg_sq");
+                double v = 0;
+                assert_int_equal(em_tensor_item(em_params_get(st, 0), &v), EM_OK);
+                assert_true(v == n);
+                em_params_release(st);
+                train_steps(m, opt, dev, more); /* n + more straight steps */
+                /* fresh objects: another model's numbers, loaded */
+                em_module *m2 = tiny_model(dev, &ps2);
+                em_optimizer *o2 = make_opt(k, ps2);
+                assert_int_equal(em_module_load(m2, mpath), EM_OK);
+                assert_int_equal(em_optimizer_load(o2, opath), EM_OK);
+                train_steps(m2, o2, dev, more);
+                expect_same_bits(ps, ps2);
+                /* another kind: SGD's file for AdamW, Adam's for plain SGD, plain SGD's
+                 * for momentum SGD fail; AdamW's state is Adam's (as torch's) */
+                em_module *m3 = tiny_model(dev, &ps3);
+                em_optimizer *o3 = make_opt((k + 1) % 4, ps3);
+                if (n) {
+                    assert_int_equal(em_optimizer_load(o3, opath), k == 1 ? EM_OK : EM_ERR_IO);
+                } else {
+                    (void)em_optimizer_load(o3, opath); /* only steps: fits any kind */
+                }
+                if (n == 3 && k == 1) expect_strict_load(opath, dev);
+                em_optimizer_release(o3);
+                em_optimizer_release(o2);
+                em_optimizer_release(opt);
+                em_module_release(m3);
+                em_module_release(m2);
+                em_module_release(m);
+                em_params_release(ps3);
+                em_params_release(ps2);
+                em_params_release(ps);
+            }
+    unlink(mpath);
+    unlink(opath);
+}
+
+/* ---- parameter groups, against torch's param_groups ---- */
+
+static void test_optimizer_groups(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    static const char *const names[2] = {"gsgd", "gadamw"};
+    for (size_t di = 0; di < nd; di++)
+        for (int k = 0; k < 2; k++) {
+            em_device dev = ad_of(list[di], EM_CKPT_DISABLED);
+            em_params *ps = NULL, *g0 = NULL, *g1 = NULL;
+            em_module *m = tiny_model(dev, &ps);
+            assert_int_equal(em_params_create(&g0), EM_OK);
+            assert_int_equal(em_params_create(&g1), EM_OK);
+            for (size_t i = 0; i < 4; i++)
+                assert_int_equal(em_params_add(i < 2 ? g0 : g1, em_params_name(ps, i),
+                                               em_params_slot(ps, i)),
+                                 EM_OK);
+            em_optimizer *opt = NULL;
+            if (k == 0) {
+                assert_int_equal(em_optimizer_sgd(g0, 0.1, 0.9, 0.01, &opt), EM_OK);
+                assert_int_equal(em_optimizer_add_group(opt, g1, 0.03, 0.2), EM_OK);
+            } else {
+                assert_int_equal(em_optimizer_adamw(g0, 0.01, 0.9, 0.999, 1e-8, 0.01, &opt),
+                                 EM_OK);
+                assert_int_equal(em_optimizer_add_group(opt, g1, 0.002, 0.2), EM_OK);
+            }
+            assert_int_equal(em_optimizer_group_count(opt), 2);
+            assert_true(em_optimizer_group_weight_decay(opt, 1) == 0.2);
+            /* a parameter twice, bad numbers: nothing changes */
+            assert_int_equal(em_optimizer_add_group(opt, g1, 0.1, 0), EM_ERR_ARG);
+            expect_error_contains("already");
+            assert_int_equal(em_optimizer_add_group(opt, g1, -1, 0), EM_ERR_ARG);
+            expect_error_contains("lr");
+            assert_int_equal(em_optimizer_add_group(opt, NULL, 0.1, 0), EM_ERR_ARG);
+            expect_error_contains("params");
+            assert_int_equal(em_optimizer_set_group_lr(opt, 2, 0.1), EM_ERR_ARG);
+            expect_error_contains("group");
+            assert_int_equal(em_optimizer_group_count(opt), 2);
+            for (int step = 0; step < 3; step++) {
+                em_grads *g = tiny_grads(m, dev);
+                assert_int_equal(em_optimizer_step(opt, g, 1.0), EM_OK);
+                em_grads_release(g);
+                for (size_t i = 0; i < 4; i++) {
+                    char nm[96];
+                    snprintf(nm, sizeof nm, "%s.%d.%s", names[k], step, em_params_name(ps, i));
+                    expect_close(em_params_get(ps, i), gget(nm), TOL, names[k]);
+                }
+            }
+            assert_int_equal(em_optimizer_set_lr(opt, 0.5), EM_OK);
+            assert_true(em_optimizer_group_lr(opt, 0) == 0.5 && em_optimizer_group_lr(opt, 1) == 0.5);
+            assert_int_equal(em_optimizer_set_group_lr(opt, 1, 0.25), EM_OK);
+            assert_true(em_optimizer_group_lr(opt, 1) == 0.25 && em_optimizer_lr(opt) == 0.5);
+            em_optimizer_release(opt);
+            em_module_release(m);
+            em_params_release(g0);
+            em_params_release(g1);
+            em_params_release(ps);
+        }
+}
+
+/* ---- schedules, against torch's schedulers ---- */
+
+static void expect_sched(const char *name, const double *v, int n) {
+    const garr *a = gget(name);
+    assert_int_equal(a->n, n);
+    for (int i = 0; i < n; i++)
+        if (!(fabs(v[i] - a->v[i]) <= 1e-12 * fabs(a->v[i])))
+            fail_msg("%s[%d]: %.17g, torch %.17g", name, i, v[i], a->v[i]);
+}
+
+static void test_schedules(void **state) {
+    (void)state;
+    double v[32];
+    for (int i = 0; i < 9; i++) v[i] = em_lr_linear(0.1, i, 0.1, 1.0, 5);
+    expect_sched("sched.linear", v, 9);
+    for (int i = 0; i < 13; i++) v[i] = em_lr_cosine(0.1, i, 10, 0.001);
+    expect_sched("sched.cosine", v, 13);
+    for (int i = 0; i < 20; i++) v[i] = em_lr_one_cycle(0.1, i, 20, 0.3, 25, 1e4);
+    expect_sched("sched.onecycle", v, 20);
+    for (int i = 0; i < 17; i++) v[i] = em_lr_one_cycle(0.5, i, 17, 0.25, 10, 100);
+    expect_sched("sched.onecycle2", v, 17);
+    /* out of range: NaN, which set_lr refuses */
+    assert_true(isnan(em_lr_linear(0.1, -1, 0.1, 1, 5)));
+    assert_true(isnan(em_lr_linear(0.1, 0, 0, 1, 5)));
+    assert_true(isnan(em_lr_linear(0.1, 0, 0.1, 1, 0)));
+    assert_true(isnan(em_lr_cosine(0.1, 0, 0, 0)));
+    assert_true(isnan(em_lr_one_cycle(0.1, 21, 20, 0.3, 25, 1e4)));
+    assert_true(isnan(em_lr_one_cycle(0.1, 0, 20, 1.5, 25, 1e4)));
+    assert_true(isnan(em_lr_one_cycle(0.1, 0, 20, 0.3, 0, 1e4)));
+    em_params *ps = NULL;
+    em_module *m = tiny_model(ad_of(ref_dev(), EM_CKPT_DISABLED), &ps);
+    em_optimizer *opt = NULL;
+    assert_int_equal(em_optimizer_sgd(ps, 0.1, 0, 0, &opt), EM_OK);
+    assert_int_equal(em_optimizer_set_lr(opt, em_lr_cosine(0.1, 0, 0, 0)), EM_ERR_ARG);
+    expect_error_contains("lr");
+    em_optimizer_release(opt);
+    em_module_release(m);
+    em_params_release(ps);
+}
+
+/* ---- gradient accumulation ---- */
+
+/* the mean cross-entropy of the tiny model on rows [r0, r0 + n) of an 8-row batch, times
+ * scale: its gradients */
+static em_grads *batch_grads(em_module *m, em_device dev, int r0, int n, double scale) {
+    double xs[24];
+    int64_t ys[8];
+    for (int i = 0; i < 24; i++) xs[i] = sin(0.7 * i + 0.3);
+    for (int i = 0; i < 8; i++) ys[i] = (i * 5 + 1) % 2;
+    em_tensor *x = NULL, *y = NULL, *lg = NULL, *loss = NULL, *ls = NULL;
+    assert_int_equal(em_tensor_from_data(xs + 3 * r0, EM_F64, (const int64_t[]){n, 3}, 2,
+                                         inner_of(dev), &x),
+                     EM_OK);
+    assert_int_equal(em_tensor_from_data(ys + r0, EM_I64, (const int64_t[]){n}, 1,
+                                         inner_of(dev), &y),
+                     EM_OK);
+    em_grads *g = NULL;
+    assert_int_equal(em_module_forward(m, x, true, &lg), EM_OK);
+    assert_int_equal(em_loss_cross_entropy(lg, y, &loss), EM_OK);
+    assert_int_equal(em_mul_scalar(loss, scale, &ls), EM_OK);
+    assert_int_equal(em_backward(ls, &g), EM_OK);
+    em_tensor_release(ls);
+    em_tensor_release(loss);
+    em_tensor_release(lg);
+    em_tensor_release(x);
+    em_tensor_release(y);
+    return g;
+}
+
+static void test_grads_add(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    for (size_t di = 0; di < nd; di++) {
+        em_device dev = ad_of(list[di], EM_CKPT_DISABLED);
+        em_params *ps = NULL;
+        em_module *m = tiny_model(dev, &ps);
+        em_grads *full = batch_grads(m, dev, 0, 8, 1.0);
+        em_grads *acc = batch_grads(m, dev, 0, 4, 0.5);
+        em_grads *g2 = batch_grads(m, dev, 4, 4, 0.5);
+        em_tensor *before = NULL, *g2w = NULL;
+        assert_int_equal(em_grads_get(acc, em_params_get(ps, 0), &before), EM_OK);
+        assert_int_equal(em_grads_get(g2, em_params_get(ps, 0), &g2w), EM_OK);
+        double b0[12], b1[12], c0[12], c1[12];
+        assert_int_equal(em_tensor_to_data(before, b0, sizeof b0), EM_OK);
+        assert_int_equal(em_tensor_to_data(g2w, c0, sizeof c0), EM_OK);
+        assert_int_equal(em_grads_add(acc, g2), EM_OK);
+        /* taken before: unchanged; g: unchanged */
+        assert_int_equal(em_tensor_to_data(before, b1, sizeof b1), EM_OK);
+        assert_int_equal(em_tensor_to_data(g2w, c1, sizeof c1), EM_OK);
+        assert_memory_equal(b0, b1, sizeof b0);
+        assert_memory_equal(c0, c1, sizeof c0);
+        for (size_t i = 0; i < 4; i++) {
+            em_tensor *a = NULL, *f = NULL;
+            assert_int_equal(em_grads_get(acc, em_params_get(ps, i), &a), EM_OK);
+            assert_int_equal(em_grads_get(full, em_params_get(ps, i), &f), EM_OK);
+            assert_non_null(a);
+            double va[12], vf[12];
+            int64_t n = em_tensor_numel(a);
+            assert_int_equal(em_tensor_to_data(a, va, sizeof va), EM_OK);
+            assert_int_equal(em_tensor_to_data(f, vf, sizeof vf), EM_OK);
+            for (int64_t j = 0; j < n; j++)
+                if (!(fabs(va[j] - vf[j]) <= 1e-12))
+                    fail_msg("%s[%lld]: %.17g vs %.17g", em_params_name(ps, i), (long long)j,
+                             va[j], vf[j]);
+            em_tensor_release(a);
+            em_tensor_release(f);
+        }
+        /* into an empty-handed set: a leaf only g has is added */
+        em_params *q = NULL;
+        em_module *lin = NULL;
+        em_module_opts o = f64_opts(dev);
+        assert_int_equal(em_nn_linear(3, 1, false, &o, &lin), EM_OK);
+        em_tensor *x = NULL, *y = NULL, *s = NULL;
+        assert_int_equal(em_ones((const int64_t[]){2, 3}, 2, EM_F64, inner_of(dev), &x), EM_OK);
+        assert_int_equal(em_module_forward(lin, x, true, &y), EM_OK);
+        assert_int_equal(em_sum(y, &s), EM_OK);
+        em_grads *gl = NULL;
+        assert_int_equal(em_backward(s, &gl), EM_OK);
+        assert_int_equal(em_grads_add(acc, gl), EM_OK);
+        em_tensor *w = NULL;
+        assert_int_equal(em_grads_get(acc, em_module_get(lin, "weight"), &w), EM_OK);
+        assert_non_null(w);
+        double v = 0;
+        em_tensor *ws = NULL;
+        assert_int_equal(em_sum(w, &ws), EM_OK);
+        assert_int_equal(em_tensor_item(ws, &v), EM_OK);
+        assert_true(v == 6.0);
+        em_tensor_release(ws);
+        em_tensor_release(w);
+        /* bad arguments */
+        assert_int_equal(em_grads_add(NULL, g2), EM_ERR_ARG);
+        expect_error_contains("acc");
+        assert_int_equal(em_grads_add(acc, NULL), EM_ERR_ARG);
+        expect_error_contains("g is NULL");
+        assert_int_equal(em_grads_add(acc, acc), EM_ERR_ARG);
+        em_grads_release(gl);
+        em_tensor_release(s);
+        em_tensor_release(y);
+        em_tensor_release(x);
+        em_module_release(lin);
+        em_params_release(q);
+        em_tensor_release(before);
+        em_tensor_release(g2w);
+        em_grads_release(g2);
+        em_grads_release(acc);
+        em_grads_release(full);
+        em_module_release(m);
+        em_params_release(ps);
+    }
+}
+
+/* ---- init: normal, truncated normal, constants ---- */
+
+static void moments(const em_tensor *t, double *mean, double *var, double *lo, double *hi) {
+    int64_t n = em_tensor_numel(t);
+    double *v = malloc((size_t)n * sizeof *v);
+    em_tensor *d = NULL;
+    assert_int_equal(em_cast(t, EM_F64, &d), EM_OK);
+    assert_int_equal(em_tensor_to_data(d, v, (size_t)n * sizeof *v), EM_OK);
+    em_tensor_release(d);
+    double s = 0, s2 = 0;
+    *lo = INFINITY;
+    *hi = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        s += v[i];
+        *lo = v[i] < *lo ? v[i] : *lo;
+        *hi = v[i] > *hi ? v[i] : *hi;
+    }
+    *mean = s / n;
+    for (int64_t i = 0; i < n; i++) s2 += (v[i] - *mean) * (v[i] - *mean);
+    *var = s2 / n;
+    free(v);
+}
+
+static double phi(double x) { return exp(-0.5 * x * x) / sqrt(2 * M_PI); }
+static double Phi(double x) { return 0.5 * (1 + erf(x / sqrt(2.0))); }
+
+static void test_init(void **state) {
+    (void)state;
+    em_device list[16];
+    size_t nd = all_devices(list, 16);
+    const int64_t n = 200000;
+    for (size_t di = 0; di < nd; di++)
+        for (int f = 0; f < 2; f++) {
+            em_device dev = ad_of(list[di], EM_CKPT_DISABLED);
+            em_dtype dt = f ? EM_F32 : EM_F64;
+            em_tensor *t = NULL, *u = NULL;
+            assert_int_equal(em_zeros((const int64_t[]){n}, 1, dt, dev, &t), EM_OK);
+            assert_int_equal(em_tensor_require_grad(t), EM_OK);
+            double m, v, lo, hi;
+            /* truncated normal: bounds, then the moments of the truncated distribution */
+            const double mu = 0.5, sd = 2.0, a = -1.0, b = 4.0;
+            assert_int_equal(em_init_tensor_trunc_normal(t, mu, sd, a, b, 7), EM_OK);
+            assert_true(em_tensor_requires_grad(t));
+            moments(t, &m, &v, &lo, &hi);
+            double al = (a - mu) / sd, be = (b - mu) / sd, Z = Phi(be) - Phi(al);
+            double em = mu + sd * (phi(al) - phi(be)) / Z;
+            double ev = sd * sd * (1 + (al * phi(al) - be * phi(be)) / Z -
+                                   pow((phi(al) - phi(be)) / Z, 2));
+            assert_true(lo >= a && hi <= b);
+            assert_true(lo < a + 0.01 && hi > b - 0.05);
+            if (!(fabs(m - em) < 5 * sqrt(ev / n))) fail_msg("trunc mean %g, want %g", m, em);
+            if (!(fabs(v - ev) < 0.02 * ev)) fail_msg("trunc var %g, want %g", v, ev);
+            /* deterministic from the seed, another seed differs */
+            assert_int_equal(em_zeros((const int64_t[]){n}, 1, dt, inner_of(dev), &u), EM_OK);
+            assert_int_equal(em_init_tensor_trunc_normal(u, mu, sd, a, b, 7), EM_OK);
+            em_tensor *eq = NULL, *all = NULL;
+            double same = 0;
+            assert_int_equal(em_eq(t, u, &eq), EM_OK);
+            assert_int_equal(em_cast(eq, EM_F64, &all), EM_OK);
+            em_tensor_release(eq);
+            assert_int_equal(em_sum(all, &eq), EM_OK);
+            assert_int_equal(em_tensor_item(eq, &same), EM_OK);
+            assert_true(same == (double)n);
+            em_tensor_release(eq);
+            em_tensor_release(all);
+            assert_int_equal(em_init_tensor_trunc_normal(u, mu, sd, a, b, 8), EM_OK);
+            double m8, v8, l8, h8;
+            moments(u, &m8, &v8, &l8, &h8);
+            assert_true(m8 != m);
+            /* torch's default: a standard normal in [-2, 2] */
+            assert_int_equal(em_init_tensor_trunc_normal(u, 0, 1, -2, 2, 1), EM_OK);
+            moments(u, &m, &v, &lo, &hi);
+            assert_true(lo >= -2 && hi <= 2 && fabs(m) < 0.01);
+            /* normal */
+            assert_int_equal(em_init_tensor_normal(t, -1.0, 0.5, 3), EM_OK);
+            moments(t, &m, &v, &lo, &hi);
+            assert_true(fabs(m + 1.0) < 5 * 0.5 / sqrt((double)n));
+            assert_true(fabs(v - 0.25) < 0.01);
+            /* constants */
+            assert_int_equal(em_init_tensor_constant(t, 1.0), EM_OK);
+            moments(t, &m, &v, &lo, &hi);
+            assert_true(lo == 1 && hi == 1);
+            /* bad arguments */
+            assert_int_equal(em_init_tensor_trunc_normal(t, 0, 1, 2, -2, 1), EM_ERR_ARG);
+            expect_error_contains("a must be < b");
+            assert_int_equal(em_init_tensor_trunc_normal(t, 0, 0, -2, 2, 1), EM_ERR_ARG);
+            expect_error_contains("std");
+            assert_int_equal(em_init_tensor_normal(t, 0, -1, 1), EM_ERR_ARG);
+            expect_error_contains("std");
+            assert_int_equal(em_init_tensor_normal(NULL, 0, 1, 1), EM_ERR_ARG);
+            em_tensor_release(u);
+            em_tensor_release(t);
+        }
+    /* on a set: each entry its own numbers; zeros and ones */
+    em_device dev = ad_of(list[0], EM_CKPT_DISABLED);
+    em_params *ps = NULL;
+    em_module *m = tiny_model(dev, &ps);
+    assert_int_equal(em_init_trunc_normal(ps, 0, 0.02, -0.04, 0.04, 5), EM_OK);
+    double m0, v0, l0, h0, m2, v2, l2, h2;
+    moments(em_params_get(ps, 0), &m0, &v0, &l0, &h0);
+    moments(em_params_get(ps, 2), &m2, &v2, &l2, &h2);
+    assert_true(l0 >= -0.04 && h0 <= 0.04 && l2 >= -0.04 && h2 <= 0.04 && m0 != m2);
+    assert_true(em_tensor_requires_grad(em_params_get(ps, 0)));
+    assert_int_equal(em_init_normal(ps, 0, 1, 5), EM_OK);
+    assert_int_equal(em_init_ones(ps), EM_OK);
+    moments(em_params_get(ps, 3), &m0, &v0, &l0, &h0);
+    assert_true(l0 == 1 && h0 == 1);
+    assert_int_equal(em_init_zeros(ps), EM_OK);
+    moments(em_params_get(ps, 1), &m0, &v0, &l0, &h0);
+    assert_true(l0 == 0 && h0 == 0);
+    assert_int_equal(em_init_normal(ps, 0, -1, 5), EM_ERR_ARG);
+    expect_error_contains("'0.weight'");
+    assert_int_equal(em_init_zeros(NULL), EM_ERR_ARG);
+    expect_error_contains("params");
+    em_module_release(m);
+    em_params_release(ps);
+}
+
 /* ---- em_tensor_assign ---- */
 
 static void test_assign(void **state) {
@@ -1382,6 +1870,9 @@ int main(void) {
         cmocka_unit_test(test_module_interface), cmocka_unit_test(test_no_grad),
         cmocka_unit_test(test_losses_ex),   cmocka_unit_test(test_norm_layers),
         cmocka_unit_test(test_attention_layers),
+        cmocka_unit_test(test_optimizer_resume), cmocka_unit_test(test_optimizer_groups),
+        cmocka_unit_test(test_schedules),        cmocka_unit_test(test_grads_add),
+        cmocka_unit_test(test_init),
     };
     return cmocka_run_group_tests(tests, load_golden, free_golden);
 }
