@@ -634,6 +634,17 @@ em_status em_group_norm(const em_tensor *x, int64_t num_groups, const em_tensor 
  *  (PyTorch's default is the dtype's machine epsilon; pass it explicitly). */
 em_status em_rms_norm(const em_tensor *x, int normalized_ndim, const em_tensor *weight,
                       double eps, em_tensor **out);
+/** softmax(q k^T scale + mask) v as torch.nn.functional.scaled_dot_product_attention: q
+ *  [..., L, E], k [..., S, E], v [..., S, Ev] -> [..., L, Ev] (batch dims broadcast). mask
+ *  (may be NULL) broadcasts to [..., L, S]: bool (true: the query attends to the key) or
+ *  float (added to the scores). causal: query i attends to keys j <= i. scale 0 means
+ *  1/sqrt(E). dropout_p in [0, 1) drops attention weights from Philox(seed). A row that
+ *  attends to nothing is NaN, as torch's. Composed from matmul, masked_fill and softmax on
+ *  every backend (the [L, S] scores are made whole). */
+em_status em_scaled_dot_product_attention(const em_tensor *q, const em_tensor *k,
+                                          const em_tensor *v, const em_tensor *mask,
+                                          double dropout_p, bool causal, double scale,
+                                          uint64_t seed, em_tensor **out);
 /** Zeroes each element with probability p and scales the rest by 1/(1-p), from Philox(seed).
  *  p in [0, 1]; with training false, or p == 0, a new reference to x. */
 em_status em_dropout(const em_tensor *x, double p, bool training, uint64_t seed,

@@ -14,19 +14,6 @@ typedef struct mha_data {
     uint64_t seed; /* dropout's, advanced by each training forward */
 } mha_data;
 
-/* A [T, T] bool mask, true above the diagonal (the keys a query may not see). */
-static em_status causal_mask(int64_t T, em_device dev, em_tensor **out) {
-    nn_tmps tm = {{0}, 0};
-    em_status s = EM_OK;
-    em_tensor *ar = NULL, *rows = NULL, *cols = NULL;
-    NN_STEP(em_arange(0, (double)T, 1, EM_I64, dev, &ar), ar);
-    NN_STEP(em_reshape(ar, (const int64_t[]){T, 1}, 2, &rows), rows);
-    NN_STEP(em_reshape(ar, (const int64_t[]){1, T}, 2, &cols), cols);
-    if (s == EM_OK) s = em_gt(cols, rows, out);
-    nn_tmps_free(&tm);
-    return s;
-}
-
 em_status em_nn_mha_forward(em_module *m, const em_tensor *x, const em_tensor *key_padding_mask,
                             bool training, em_tensor **y) {
     static const char fn[] = "em_nn_mha_forward";
@@ -67,32 +54,17 @@ em_status em_nn_mha_forward(em_module *m, const em_tensor *x, const em_tensor *k
         NN_STEP(em_reshape(parts[i], (const int64_t[]){B, T, H, D}, 4, &r), r);
         NN_STEP(em_transpose(r, 1, 2, &heads[i]), heads[i]);
     }
-    em_tensor *kt = NULL, *sc = NULL, *scs = NULL, *masked = NULL, *att = NULL, *drop = NULL,
-              *ctx = NULL, *ctxt = NULL, *ctxc = NULL, *merged = NULL;
-    NN_STEP(em_transpose(heads[1], 2, 3, &kt), kt);
-    NN_STEP(em_matmul(heads[0], kt, &sc), sc);
-    NN_STEP(em_mul_scalar(sc, 1.0 / sqrt((double)D), &scs), scs);
-    em_tensor *cur = scs;
-    if (d->causal && s == EM_OK) {
-        em_tensor *cm = NULL;
-        NN_STEP(causal_mask(T, em_device_inner(em_tensor_device(x)), &cm), cm);
-        NN_STEP(em_masked_fill(cur, cm, -INFINITY, &masked), masked);
-        cur = masked;
-    }
-    if (key_padding_mask && s == EM_OK) {
-        em_tensor *km = NULL, *m2 = NULL;
+    /* key padding (true: padded) as scaled_dot_product_attention's mask (true: attend) */
+    em_tensor *km = NULL, *keep = NULL, *ctx = NULL, *ctxt = NULL, *ctxc = NULL, *merged = NULL;
+    if (key_padding_mask) {
         NN_STEP(em_reshape(key_padding_mask, (const int64_t[]){B, 1, 1, T}, 4, &km), km);
-        NN_STEP(em_masked_fill(cur, km, -INFINITY, &m2), m2);
-        cur = m2;
+        NN_STEP(em_logical_not(km, &keep), keep);
     }
-    NN_STEP(em_softmax(cur, 3, &att), att);
-    em_tensor *a = att;
-    if (training && d->dropout > 0) {
-        NN_STEP(em_dropout(att, d->dropout, true, d->seed, &drop), drop);
-        if (s == EM_OK) d->seed++;
-        a = drop;
-    }
-    NN_STEP(em_matmul(a, heads[2], &ctx), ctx);
+    const double p = training ? d->dropout : 0;
+    NN_STEP(em_scaled_dot_product_attention(heads[0], heads[1], heads[2], keep, p, d->causal,
+                                            0, d->seed, &ctx),
+            ctx);
+    if (s == EM_OK && p > 0) d->seed++;
     NN_STEP(em_transpose(ctx, 1, 2, &ctxt), ctxt);
     NN_STEP(em_contiguous(ctxt, &ctxc), ctxc);
     NN_STEP(em_reshape(ctxc, (const int64_t[]){B, T, E}, 3, &merged), merged);

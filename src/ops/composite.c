@@ -1,6 +1,6 @@
 /* composite.c — ops the core composes from other ops on every backend (so that each backend
  * and autodiff get them from the slots they already have): tril, triu, eye, linspace, std,
- * any / all, and sums and means over several dims at once. */
+ * any / all, sums and means over several dims at once, and scaled dot-product attention. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,4 +246,68 @@ em_status em_sum_dims(const em_tensor *x, const int *dims, int n, bool keepdim,
 em_status em_mean_dims(const em_tensor *x, const int *dims, int n, bool keepdim,
                        em_tensor **out) {
     return cp_reduce_dims("em_mean_dims", x, dims, n, keepdim, true, out);
+}
+
+em_status em_scaled_dot_product_attention(const em_tensor *q, const em_tensor *k,
+                                          const em_tensor *v, const em_tensor *mask,
+                                          double dropout_p, bool causal, double scale,
+                                          uint64_t seed, em_tensor **out) {
+    static const char fn[] = "em_scaled_dot_product_attention";
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_tensor(fn, "q", q));
+    EMI_TRY(emi_check_tensor(fn, "k", k));
+    EMI_TRY(emi_check_tensor(fn, "v", v));
+    EMI_TRY(emi_check_float(fn, q));
+    if (q->v.rank < 2 || k->v.rank < 2 || v->v.rank < 2)
+        return emi_fail(EM_ERR_SHAPE, "%s: q, k and v must be [..., L, E], [..., S, E] and "
+                        "[..., S, Ev]", fn);
+    const int64_t L = q->v.shape[q->v.rank - 2], S = k->v.shape[k->v.rank - 2];
+    const int64_t E = q->v.shape[q->v.rank - 1];
+    if (k->v.shape[k->v.rank - 1] != E || v->v.shape[v->v.rank - 2] != S)
+        return emi_fail(EM_ERR_SHAPE, "%s: q [..., %lld, %lld] needs k [..., S, %lld] and v "
+                        "[..., S, Ev] with one S", fn, (long long)L, (long long)E,
+                        (long long)E);
+    if (!(dropout_p >= 0 && dropout_p < 1))
+        return emi_fail(EM_ERR_ARG, "%s: dropout_p must be in [0, 1), got %g", fn, dropout_p);
+    if (!(scale >= 0) || isinf(scale))
+        return emi_fail(EM_ERR_ARG, "%s: scale must be finite and >= 0 (0: 1/sqrt(E)), got %g",
+                        fn, scale);
+    if (mask && emi_kind(mask->dtype) != EM_KIND_BOOL && emi_kind(mask->dtype) != EM_KIND_FLOAT)
+        return emi_fail(EM_ERR_DTYPE, "%s: the mask must be bool (true: attend) or float "
+                        "(added to the scores), got %s", fn, em_dtype_name(mask->dtype));
+    const double sc = scale > 0 ? scale : 1.0 / sqrt((double)E);
+    cp_tmps tm = {{0}, 0};
+    em_status s = EM_OK;
+    em_tensor *kt = NULL, *sco = NULL, *scs = NULL, *att = NULL, *drop = NULL;
+    CP(em_transpose(k, -2, -1, &kt), kt);
+    CP(em_matmul(q, kt, &sco), sco);
+    CP(em_mul_scalar(sco, sc, &scs), scs);
+    em_tensor *cur = scs;
+    if (causal) {
+        em_tensor *off = NULL, *hide = NULL, *m = NULL;
+        CP(cp_diag_offsets(L, S, cp_inner(q->dev), &off), off);
+        CP(em_gt_scalar(off, 0, &hide), hide);
+        CP(em_masked_fill(cur, hide, -INFINITY, &m), m);
+        cur = m;
+    }
+    if (mask) {
+        em_tensor *m = NULL;
+        if (emi_kind(mask->dtype) == EM_KIND_BOOL) {
+            em_tensor *hide = NULL;
+            CP(em_logical_not(mask, &hide), hide);
+            CP(em_masked_fill(cur, hide, -INFINITY, &m), m);
+        } else {
+            CP(em_add(cur, mask, &m), m);
+        }
+        cur = m;
+    }
+    CP(em_softmax(cur, -1, &att), att);
+    em_tensor *a = att;
+    if (dropout_p > 0) {
+        CP(em_dropout(att, dropout_p, true, seed, &drop), drop);
+        a = drop;
+    }
+    if (s == EM_OK) s = em_matmul(a, v, out);
+    cp_free(&tm);
+    return s;
 }

@@ -172,6 +172,14 @@ static em_status w_rand_bernoulli(em_tensor *const *in, int nin, const conf_para
                              &out[0]);
 }
 
+static em_status w_sdpa(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                        int *nout) {
+    *nout = 1;
+    return em_scaled_dot_product_attention(in[0], in[1], in[2], nin > 3 ? in[3] : NULL, 0.0,
+                                           conf_bool(p, "causal", false),
+                                           conf_f64(p, "scale", 0.0), 0, &out[0]);
+}
+
 const conf_op conf_ops_nn[] = {
     {"conv1d", w_conv1d},
     {"conv2d", w_conv2d},
@@ -186,5 +194,6 @@ const conf_op conf_ops_nn[] = {
     {"rand_uniform", w_rand_uniform},
     {"rand_normal", w_rand_normal},
     {"rand_bernoulli", w_rand_bernoulli},
+    {"sdpa", w_sdpa},
     {NULL, NULL},
 };

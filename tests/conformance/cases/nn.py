@@ -680,3 +680,43 @@ conv_transpose2d_cases()
 pool_cases()
 misc_cases()
 random_cases()
+
+
+# ---- scaled dot-product attention (issue 14; composed in the core) ----
+def _sdpa(q, k, v, mask=None, causal=False, scale=0.0):
+    sc = scale if scale > 0 else 1.0 / np.sqrt(q.shape[-1])
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * sc
+    L, S = s.shape[-2], s.shape[-1]
+    if causal:
+        s = np.where(np.tril(np.ones((L, S), dtype=bool)), s, -np.inf)
+    if mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask
+    m = np.max(s, axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    return np.matmul(e / np.sum(e, axis=-1, keepdims=True), v)
+
+
+for dt in ("f32", "f64", "f16", "bf16"):
+    tol = None if dt in ("f32", "f64") else ((1e-2, 1e-2) if dt == "f16" else (4e-2, 4e-2))
+    _add("sdpa", [T(dt, rnd((2, 3, 5, 4))), T(dt, rnd((2, 3, 6, 4))), T(dt, rnd((2, 3, 6, 7)))],
+         "plain/" + dt, lambda q, k, v, causal=False, scale=0.0: _sdpa(q, k, v, None, causal,
+                                                                        scale), tol=tol)
+_add("sdpa", [T("f32", rnd((2, 5, 4))), T("f32", rnd((2, 5, 4))), T("f32", rnd((2, 5, 3)))],
+     "causal", lambda q, k, v, causal, scale=0.0: _sdpa(q, k, v, None, causal, scale),
+     params={"causal": True})
+_bm = np.ones((5, 6), dtype=bool)
+_bm[:, 4:] = False
+_add("sdpa", [T("f64", rnd((2, 5, 4))), T("f64", rnd((2, 6, 4))), T("f64", rnd((2, 6, 3))),
+              T("bool", _bm)],
+     "bool_mask", lambda q, k, v, m, causal=False, scale=0.0: _sdpa(q, k, v, m, causal, scale))
+_add("sdpa", [T("f32", rnd((5, 4))), T("f32", rnd((6, 4))), T("f32", rnd((6, 3))),
+              T("f32", rnd((1, 6)))],
+     "float_mask_scale", lambda q, k, v, m, causal=False, scale=0.0: _sdpa(q, k, v, m, causal,
+                                                                             scale),
+     params={"scale": 0.3})
+_add("sdpa", [T("f32", rnd((2, 4, 8)), view=("transpose", 0, 1)), T("f32", rnd((4, 2, 8))),
+              T("f32", rnd((4, 2, 8)))],
+     "view_transpose", lambda q, k, v, causal=False, scale=0.0: _sdpa(q, k, v, None, causal,
+                                                                       scale))
+_add("sdpa", [T("f32", rnd((2, 5, 4))), T("f32", rnd((2, 5, 3))), T("f32", rnd((2, 5, 3)))],
+     "shape_err", error="EM_ERR_SHAPE")
