@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from common import T, case, rnd, rndi
+from common import T, case, matmul, rnd, rndi
 
 CASES = []
 _names = set()
@@ -685,7 +685,7 @@ random_cases()
 # ---- scaled dot-product attention (issue 14; composed in the core) ----
 def _sdpa(q, k, v, mask=None, causal=False, scale=0.0):
     sc = scale if scale > 0 else 1.0 / np.sqrt(q.shape[-1])
-    s = np.matmul(q, np.swapaxes(k, -1, -2)) * sc
+    s = matmul(q, np.swapaxes(k, -1, -2)) * sc  # no BLAS: the same bits on every machine
     L, S = s.shape[-2], s.shape[-1]
     if causal:
         s = np.where(np.tril(np.ones((L, S), dtype=bool)), s, -np.inf)
@@ -693,7 +693,7 @@ def _sdpa(q, k, v, mask=None, causal=False, scale=0.0):
         s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask
     m = np.max(s, axis=-1, keepdims=True)
     e = np.exp(s - m)
-    return np.matmul(e / np.sum(e, axis=-1, keepdims=True), v)
+    return matmul(e / np.sum(e, axis=-1, keepdims=True), v)
 
 
 for dt in ("f32", "f64", "f16", "bf16"):
