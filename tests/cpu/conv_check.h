@@ -29,7 +29,7 @@ static const em_backend_ops *REF;
 static void *CTX;
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
-static double urand(void) {
+static inline double urand(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (double)(rng >> 11) / 9007199254740992.0;
 }
@@ -70,7 +70,7 @@ static tensor twin(const tensor *a) {
     return t;
 }
 
-static double at(const tensor *t, int64_t i) {
+static inline double at(const tensor *t, int64_t i) {
     return t->v.dtype == EM_F32 ? ((const float *)t->p)[i] : ((const double *)t->p)[i];
 }
 
@@ -78,7 +78,7 @@ static double at(const tensor *t, int64_t i) {
  * within a rounding bound of those sums: the weight gradient sums up to 8192 terms in f32
  * (as PyTorch sums all of them), ref in double, and the sum of terms of magnitude ~1 may
  * cancel to near 0 */
-static void check_sum(const char *what, const tensor *got, const tensor *want, int c,
+static inline void check_sum(const char *what, const tensor *got, const tensor *want, int c,
                       const tensor *mag, int64_t k) {
     const double tol = got->v.dtype == EM_F32 ? 1e-5 : 1e-9;
     const double eps = got->v.dtype == EM_F32 ? 0x1p-24 : 0x1p-53;
@@ -91,7 +91,7 @@ static void check_sum(const char *what, const tensor *got, const tensor *want, i
     }
 }
 
-static void check(const char *what, const tensor *got, const tensor *want, int c) {
+static inline void check(const char *what, const tensor *got, const tensor *want, int c) {
     check_sum(what, got, want, c, NULL, 0);
 }
 
@@ -109,7 +109,7 @@ typedef struct cc {
 } cc;
 
 /** Runs n cases at every level, f32 and f64, with and without bias. */
-static void run_conv_cases(const cc *cases, int n) {
+static inline void run_conv_cases(const cc *cases, int n) {
     const em_dtype dts[2] = {EM_F32, EM_F64};
     for (int l = 0; l <= cpu_isa_best(); l++) {
         const cpu_kernels *k = cpu_kernels_of(l);
@@ -181,7 +181,7 @@ static void run_conv_cases(const cc *cases, int n) {
     }
 }
 
-static int setup(void **state) {
+static inline int setup(void **state) {
     (void)state;
     REF = em_backend_get(EM_BACKEND_REF);
     const em_backend_ops *cpu = em_backend_get_native(EM_BACKEND_CPU);
