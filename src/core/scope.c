@@ -49,12 +49,15 @@ typedef struct emi_scope_state {
     uintptr_t *e;       /* entries: a handle, | 1 when kept; 0 when cleared */
     uint32_t n, cap;    /* entries in use, allocated */
     uint32_t *mark;     /* mark[k]: the first entry of scope k */
+    uint32_t lo;        /* mark[depth - 1]: the innermost scope's first entry (0: none) */
     int depth, capmark; /* open scopes */
     int suspend;        /* > 0: nothing registers (emi_scope_suspend) */
     bool registered;    /* the thread-exit hook is set */
 } emi_scope_state;
 
-static _Thread_local emi_scope_state emi_sc;
+/* initial-exec, as the block cache (tensor.c): every op in a scope touches this state twice,
+ * and the default TLS model of a shared library makes each touch a __tls_get_addr call. */
+static _Thread_local emi_scope_state emi_sc EMI_TLS_IE;
 static pthread_key_t emi_scope_key;
 static pthread_once_t emi_scope_once = PTHREAD_ONCE_INIT;
 
@@ -100,37 +103,39 @@ em_status em_scope_begin(void) {
         s->registered = true;
     }
     s->mark[s->depth++] = s->n;
+    s->lo = s->n;
     emi_scope_update(s);
     return EM_OK;
 }
 
 int em_scope_depth(void) { return emi_sc.depth; }
 
-/* Registers t (a new handle) in the innermost scope. Out of memory for the entry: t is left
- * unregistered (the caller's to release, as outside a scope) and the scope's end reports
- * EM_ERR_NOMEM. */
+/* Out of memory for an entry: the handle is left unregistered (the caller's to release, as
+ * outside a scope) and the scope's end reports EM_ERR_NOMEM. */
 static _Thread_local bool emi_scope_nomem;
+
+static __attribute__((noinline)) bool emi_scope_grow(emi_scope_state *s) {
+    if (s->cap >= UINT32_MAX / 2) return false;
+    uint32_t cap = s->cap ? 2 * s->cap : 256;
+    uintptr_t *e = realloc(s->e, (size_t)cap * sizeof *e);
+    if (!e) return false;
+    s->e = e;
+    s->cap = cap;
+    return true;
+}
 
 void emi_scope_register(em_tensor *t) {
     emi_scope_state *s = &emi_sc;
-    uint32_t lo = s->mark[s->depth - 1];
-    while (s->n > lo && s->e[s->n - 1] == 0) s->n--;
-    if (s->n == s->cap) {
-        if (s->cap >= UINT32_MAX / 2) {
-            emi_scope_nomem = true;
-            return;
-        }
-        uint32_t cap = s->cap ? 2 * s->cap : 256;
-        uintptr_t *e = realloc(s->e, (size_t)cap * sizeof *e);
-        if (!e) {
-            emi_scope_nomem = true;
-            return;
-        }
-        s->e = e;
-        s->cap = cap;
+    uint32_t n = s->n;
+    while (n > s->lo && s->e[n - 1] == 0) n--;
+    if (__builtin_expect(n == s->cap, 0) && !emi_scope_grow(s)) {
+        s->n = n;
+        emi_scope_nomem = true;
+        return;
     }
-    s->e[s->n] = (uintptr_t)t;
-    t->scope_ix = ++s->n;
+    s->e[n] = (uintptr_t)t;
+    s->n = n + 1;
+    t->scope_ix = n + 1;
 }
 
 void emi_scope_adopt(em_tensor *t) {
@@ -146,7 +151,10 @@ void emi_scope_forget(em_tensor *t) {
     if (!ix) return;
     emi_scope_state *s = &emi_sc;
     t->scope_ix = 0;
-    if (ix <= s->n && (s->e[ix - 1] & ~(uintptr_t)1) == (uintptr_t)t) s->e[ix - 1] = 0;
+    if (ix > s->n || (s->e[ix - 1] & ~(uintptr_t)1) != (uintptr_t)t) return;
+    /* the innermost scope's last entry (a loop that releases each result): popped */
+    s->e[ix - 1] = 0;
+    if (ix == s->n && ix > s->lo) s->n = ix - 1;
 }
 
 em_status em_scope_end(void) {
@@ -158,8 +166,8 @@ em_status em_scope_end(void) {
      * backend's free hook might call back in) */
     s->suspend++;
     emi_scope_update(s);
-    uint32_t nkept = 0;
-    for (uint32_t i = s->n; i-- > lo;) {
+    uint32_t nkept = 0, top = s->n;
+    for (uint32_t i = top; i-- > lo;) {
         uintptr_t v = s->e[i];
         if (!v) continue;
         em_tensor *t = (em_tensor *)(v & ~(uintptr_t)1);
@@ -176,7 +184,7 @@ em_status em_scope_end(void) {
      * the outermost scope, become the caller's. */
     uint32_t w = lo;
     if (nkept) {
-        for (uint32_t i = lo; i < s->n; i++) {
+        for (uint32_t i = lo; i < top; i++) {
             uintptr_t v = s->e[i];
             if (!v) continue;
             em_tensor *t = (em_tensor *)(v & ~(uintptr_t)1);
@@ -191,6 +199,7 @@ em_status em_scope_end(void) {
     }
     s->n = w;
     s->depth--;
+    s->lo = s->depth ? s->mark[s->depth - 1] : 0;
     s->suspend--;
     emi_scope_update(s);
     if (s->depth == 0 && s->cap > 4096) { /* a long scope's stack is not kept for ever */
