@@ -355,10 +355,14 @@ static void test_errors(void **state) {
     assert_int_equal(em_scope_escape(NULL), EM_ERR_ARG);
     assert_int_equal(em_tensor_alias(NULL, NULL), EM_ERR_ARG);
     em_device cpu = dev_of("cpu");
+#if !defined(__SANITIZE_ADDRESS__) /* under ASan a released handle is freed at once */
     em_tensor *a = vec(cpu, 4, 0.0f);
     em_tensor_release(a);
     assert_int_equal(em_scope_keep(a), EM_ERR_ARG); /* released (still in the cache) */
     assert_non_null(strstr(em_last_error(), "released"));
+#else
+    (void)cpu;
+#endif
     for (int i = 0; i < EM_SCOPE_MAX_DEPTH; i++) OK(em_scope_begin());
     assert_int_equal(em_scope_begin(), EM_ERR_STATE);
     assert_non_null(strstr(em_last_error(), "em_scope_end missing"));
