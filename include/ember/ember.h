@@ -270,6 +270,9 @@ void em_tensor_release(em_tensor *t);
  *    tensor, em_to_device to the same device, dropout in eval) returns, inside a scope, a new
  *    handle of the same tensor (em_tensor_alias), so that the reference you get is the
  *    scope's; outside a scope it is the input itself, retained.
+ *  - Your own structures are yours: a tensor you store in one (or in an em_params set, which
+ *    holds slots, not references) is still the scope's; em_scope_escape it, or make it
+ *    before the scope.
  *  - A handle of an open scope has its last release on the scope's thread (or is kept or
  *    escaped first). em_grads objects, modules and optimizers are not tensors: release them.
  *  - A scope still open when its thread exits is ended then (its tensors released); the main
