@@ -233,6 +233,78 @@ void em_tensor_retain(em_tensor *t);
  *  AddressSanitizer builds handles are never reused, so ASan reports the use. */
 void em_tensor_release(em_tensor *t);
 
+/* Tensor scopes: release what a block of code made, as TF.js's tf.tidy, without a release
+ * line per intermediate.
+ *
+ *     for (int step = 0; step < steps; step++) {
+ *         em_scope_begin();
+ *         em_tensor *y, *loss;  em_grads *g;
+ *         em_module_forward(model, x, true, &y);        // y, loss: released at the end
+ *         em_cross_entropy(y, labels, &loss);
+ *         em_backward(loss, &g);
+ *         em_optimizer_step(opt, g, 1.0);               // Adam's state is the optimizer's
+ *         em_grads_release(g);                          // em_grads is not a tensor
+ *         em_scope_end();                               // bytes in use: as before the step
+ *     }
+ *
+ * The rules:
+ *  - A scope is this thread's; scopes nest. Every tensor handle that a public call gives the
+ *    caller while a scope is open (the `out` of an op, of em_tensor_from_data, em_zeros,
+ *    em_grads_get, em_tensor_map_get, ...) belongs to the innermost scope: em_scope_end
+ *    releases that reference. Results of consuming `_` variants too, even when the op
+ *    reused its input's handle.
+ *  - What the library keeps is never the scope's: the tape's saved values, gradients held
+ *    by em_grads (em_backward and em_grads_add register nothing), a module's parameters and
+ *    buffers (em_module_add_param / _add_buffer / _set take the reference you pass), an
+ *    optimizer's state (made or replaced in em_optimizer_step or _load), a loaded
+ *    em_tensor_map's tensors. Tensors made before the scope are untouched.
+ *  - Releasing a handle inside the scope is allowed: when that was its last reference, the
+ *    scope forgets it (it is not released again, even if its memory is reused by a later
+ *    tensor). em_tensor_retain adds a reference that the scope does not own: it survives the
+ *    scope, and is the caller's to release.
+ *  - em_scope_keep(t): t survives the innermost scope; it moves to the enclosing one, or from
+ *    the outermost it becomes the caller's. em_scope_escape(t): t leaves every scope and is
+ *    the caller's (for tensors stored in long-lived structures of your own, such as a cache
+ *    in a module you write).
+ *  - A call that returns its input (em_cast to the same dtype, em_contiguous of a contiguous
+ *    tensor, em_to_device to the same device, dropout in eval) returns, inside a scope, a new
+ *    handle of the same tensor (em_tensor_alias), so that the reference you get is the
+ *    scope's; outside a scope it is the input itself, retained.
+ *  - Your own structures are yours: a tensor you store in one (or in an em_params set, which
+ *    holds slots, not references) is still the scope's; em_scope_escape it, or make it
+ *    before the scope.
+ *  - A handle of an open scope has its last release on the scope's thread (or is kept or
+ *    escaped first). em_grads objects, modules and optimizers are not tensors: release them.
+ *  - A scope still open when its thread exits is ended then (its tensors released); the main
+ *    thread's are not ended at exit(), and leak checkers report their tensors.
+ * Cost: registering is a push on a thread-local stack where the handle is made, and a clear
+ * at its release. */
+
+/** At most this many scopes open at once on a thread. */
+#define EM_SCOPE_MAX_DEPTH 1024
+/** Opens a scope on this thread. EM_ERR_STATE when EM_SCOPE_MAX_DEPTH are open (a missing
+ *  em_scope_end), EM_ERR_NOMEM. */
+em_status em_scope_begin(void);
+/** Ends the innermost scope: releases its tensors (one reference each), moves the kept ones
+ *  to the enclosing scope. EM_ERR_STATE "no scope is open" without a matching begin;
+ *  EM_ERR_NOMEM when a tensor could not be registered (it was left to the caller). */
+em_status em_scope_end(void);
+/** t survives the innermost scope (see the rules above). A tensor of no scope, or of an
+ *  enclosing one, is left as it is. EM_ERR_ARG for NULL or a released handle. */
+em_status em_scope_keep(em_tensor *t);
+/** t leaves every scope: the caller releases it. EM_ERR_ARG for NULL or a released handle. */
+em_status em_scope_escape(em_tensor *t);
+/** The number of scopes open on this thread. */
+int em_scope_depth(void);
+/** em_scope_begin, fn(user), em_scope_end: fn's results survive through em_scope_keep (or
+ *  a store that takes them). Returns fn's status when it fails (the scope is ended all the
+ *  same), else em_scope_end's; EM_ERR_STATE when fn left scopes open or ended too many. */
+em_status em_scope_run(em_status (*fn)(void *user), void *user);
+/** A new reference to t: outside a scope, t itself retained; inside one, a new handle of the
+ *  same tensor (same storage, same place in an autodiff graph) that belongs to the scope.
+ *  For functions that return their input. EM_ERR_ARG for NULL or a released handle. */
+em_status em_tensor_alias(const em_tensor *t, em_tensor **out);
+
 /* Metadata. Each takes a possibly NULL tensor: for NULL they return a zero value (0, NULL,
  * EM_F32, a ref device, false, EM_CKPT_NONE) and set em_last_error. */
 em_dtype em_tensor_dtype(const em_tensor *t);

@@ -361,7 +361,7 @@ static em_status emi_run_rule(emi_ad_node *n) {
     return s;
 }
 
-em_status em_backward(const em_tensor *loss, em_grads **out) {
+static em_status emi_backward(const em_tensor *loss, em_grads **out) {
     static const char fn[] = "em_backward";
     EMI_TRY(emi_check_tensor(fn, "loss", loss));
     EMI_TRY(emi_check_out(fn, out));
@@ -443,9 +443,8 @@ em_status em_grads_get(const em_grads *g, const em_tensor *param, em_tensor **ou
     EMI_TRY(emi_check_out(fn, out));
     for (size_t i = 0; param->ad && i < g->n; i++) {
         if (g->leaf[i] == param->ad) {
-            em_tensor_retain(g->grad[i]);
-            *out = g->grad[i];
-            return EM_OK;
+            /* in a scope, a handle of the caller's own that the scope releases */
+            return emi_share(g->grad[i], out);
         }
     }
     *out = NULL;
@@ -463,7 +462,7 @@ void em_grads_release(em_grads *g) {
     free(g);
 }
 
-em_status em_grads_add(em_grads *acc, const em_grads *g) {
+static em_status emi_grads_add_all(em_grads *acc, const em_grads *g) {
     static const char fn[] = "em_grads_add";
     if (!acc) return emi_fail(EM_ERR_ARG, "%s: acc is NULL", fn);
     if (!g) return emi_fail(EM_ERR_ARG, "%s: g is NULL", fn);
@@ -514,5 +513,21 @@ em_status em_grads_add(em_grads *acc, const em_grads *g) {
     for (size_t j = 0; sum && j < g->n; j++) em_tensor_release(sum[j]);
     free(sum);
     free(at);
+    return s;
+}
+
+/* Backward keeps what it makes (the gradients em_grads holds, the tape's scratch): nothing it
+ * creates joins an open tensor scope (src/core/scope.c). */
+em_status em_backward(const em_tensor *loss, em_grads **out) {
+    emi_scope_suspend();
+    em_status s = emi_backward(loss, out);
+    emi_scope_resume();
+    return s;
+}
+
+em_status em_grads_add(em_grads *acc, const em_grads *g) {
+    emi_scope_suspend();
+    em_status s = emi_grads_add_all(acc, g);
+    emi_scope_resume();
     return s;
 }

@@ -96,10 +96,17 @@ em_status emi_ad_created(em_tensor *t, em_device dev) {
     return EM_OK;
 }
 
-/* Saves an untracked view of t into *slot. */
+/* Saves an untracked view of t into *slot: the tape's own, never a scope's. */
 static em_status emi_save(const em_tensor *t, em_tensor **slot) {
     if (*slot) return EM_OK;
-    return emi_ad_untracked_view(t, slot);
+    EMI_TRY(emi_ad_untracked_view(t, slot));
+    emi_scope_forget(*slot);
+    return EM_OK;
+}
+
+void emi_ad_share(em_tensor *v, const em_tensor *t) {
+    v->ad = t->ad;
+    if (v->ad) atomic_fetch_add_explicit(&v->ad->refs, 1, memory_order_relaxed);
 }
 
 em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tensor *const *ins,

@@ -56,6 +56,7 @@ struct em_tensor {
     em_quant_scheme scheme;
     em_device dev;
     em_checkpointing ckpt; /* EM_CKPT_NONE: untracked */
+    uint32_t scope_ix;     /* 1 + its entry in this thread's open scopes (scope.c), 0: none */
     emi_ad_node *ad;       /* the graph node when tracked by autodiff, else NULL */
 };
 
@@ -285,6 +286,33 @@ em_status emi_fail_prefixed(em_status s, const char *fn);
 
 /** Drops a tracked tensor's graph node (src/autodiff). */
 void emi_ad_release(em_tensor *t);
+
+/* ---- tensor scopes (src/core/scope.c) ---- */
+
+/** Nonzero while a scope is open on this thread and registration is not suspended: a new
+ *  handle then joins the innermost scope (emi_scope_register). */
+extern _Thread_local int emi_scope_on
+#if defined(__GNUC__) && defined(__ELF__)
+    __attribute__((tls_model("initial-exec")))
+#endif
+    ;
+void emi_scope_register(em_tensor *t);
+/** Moves t (a consumed input reused as an op's result) into the innermost scope. */
+void emi_scope_adopt(em_tensor *t);
+/** Takes t out of its scope, if it is in one (an owner stores it). */
+void emi_scope_forget(em_tensor *t);
+/** While suspended (nestable), nothing registers: code that keeps what it makes (em_backward)
+ *  runs suspended. */
+int emi_scope_suspend(void);
+void emi_scope_resume(void);
+/** A new reference to t for a caller: t retained outside a scope; inside one, a new handle of
+ *  the same tensor (storage and graph node shared) that the scope owns. What an op that
+ *  returns its input uses. */
+em_status emi_share(const em_tensor *t, em_tensor **out);
+/** Makes v (a fresh view of t) the same value of t's graph (src/autodiff). */
+void emi_ad_share(em_tensor *v, const em_tensor *t);
+/** Hands this thread's cached blocks back (scope.c, at thread exit). */
+void emi_block_cache_drain(void);
 
 /** Thread-safe retain / release of storage. */
 void emi_storage_release(emi_storage *st);

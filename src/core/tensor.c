@@ -62,6 +62,8 @@ static void emi_cache_drain(void *unused) {
     emi_cache.n = 0;
 }
 
+void emi_block_cache_drain(void) { emi_cache_drain(NULL); }
+
 static void emi_cache_key_init(void) { pthread_key_create(&emi_cache_key, emi_cache_drain); }
 
 /* First use of the cache on this thread: make sure it is drained at thread exit. */
@@ -167,6 +169,7 @@ void em_tensor_release(em_tensor *t) {
     }
     if (!emi_dec_is_last(&t->refs)) return;
     t->magic = EMI_TENSOR_DEAD;
+    if (t->scope_ix) emi_scope_forget(t); /* released inside its scope: not again at its end */
     emi_storage *st = t->st;
     emi_block *own = (emi_block *)((char *)st - offsetof(emi_block, st));
     /* The tiny-op case: an untracked tensor alone on its block's tiny buffer. */
@@ -240,6 +243,8 @@ em_status emi_empty(const char *fn, em_device dev, em_dtype dt, const int64_t *s
     t->dev = dev;
     t->ckpt = EM_CKPT_NONE;
     t->ad = NULL;
+    t->scope_ix = 0;
+    if (emi_scope_on) emi_scope_register(t);
     *out = t;
     return EM_OK;
 }
@@ -259,6 +264,8 @@ em_status emi_view_tensor(const em_tensor *base, const int64_t *shape, const int
     }
     t->v.offset = offset;
     t->ad = NULL;
+    t->scope_ix = 0;
+    if (emi_scope_on) emi_scope_register(t);
     *out = t;
     return EM_OK;
 }

@@ -106,9 +106,8 @@ em_status em_tensor_map_get(const em_tensor_map *m, const char *name, em_tensor 
         size_t mid = lo + (hi - lo) / 2, i = m->by_name[mid];
         int c = strcmp(name, m->names[i]);
         if (c == 0) {
-            em_tensor_retain(m->tensors[i]);
-            *out = m->tensors[i];
-            return EM_OK;
+            /* in a tensor scope, a handle of the caller's own */
+            return em_tensor_alias(m->tensors[i], out);
         }
         if (c < 0) hi = mid;
         else lo = mid + 1;
@@ -525,6 +524,7 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
         tmp = NULL;
         if (s != EM_OK) goto done;
         if (ctx->mapped && bytes > 0) drop_pages(src, bytes);
+        em_scope_escape(t); /* the map's, not an open tensor scope's */
         m->tensors[m->n] = t;
         m->names[m->n] = strdup(e->name);
         m->n++;

@@ -367,9 +367,7 @@ static em_status gelu_forward(em_module *self, const em_tensor *x, bool training
 static em_status identity_forward(em_module *self, const em_tensor *x, bool training,
                                   em_tensor **y) {
     (void)self, (void)training;
-    em_tensor_retain((em_tensor *)x);
-    *y = (em_tensor *)x;
-    return EM_OK;
+    return em_tensor_alias(x, y); /* x itself retained, or in a tensor scope a handle of its own */
 }
 
 static const em_module_class flatten_class = {"Flatten", flatten_forward, NULL, NULL};
@@ -518,8 +516,8 @@ em_status em_nn_embedding(int64_t num_embeddings, int64_t dim, em_module_opts *o
 
 static em_status sequential_forward(em_module *self, const em_tensor *x, bool training,
                                     em_tensor **y) {
-    em_tensor *cur = (em_tensor *)x;
-    em_tensor_retain(cur);
+    em_tensor *cur = NULL;
+    NN_TRY(em_tensor_alias(x, &cur)); /* in a tensor scope, no child: a handle of y's own */
     size_t n = em_module_child_count(self);
     for (size_t i = 0; i < n; i++) {
         em_tensor *next = NULL;

@@ -121,6 +121,7 @@ static em_status nn_add_entry(const char *fn, em_module *m, nn_entry ***list, si
             e->name = c;
             e->t = t;
             (*list)[(*n)++] = e;
+            em_scope_escape(t); /* the module's now, not an open tensor scope's */
         }
     }
     if (s != EM_OK) em_tensor_release(t);
@@ -256,6 +257,7 @@ em_status em_module_set(em_module *m, const char *path, em_tensor *t) {
     }
     em_tensor_release(*slot);
     *slot = t;
+    em_scope_escape(t); /* the module's now, not an open tensor scope's */
     return EM_OK;
 }
 

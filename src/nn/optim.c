@@ -397,7 +397,18 @@ static em_status nn_adam_fused(em_optimizer *o, size_t i, em_tensor *param, em_t
     return s;
 }
 
-em_status em_optimizer_step(em_optimizer *opt, const em_grads *g, double grad_scale) {
+/* The state tensors the optimizer made (moments, step counts) are its own: none stays in an
+ * open tensor scope (em_scope_begin), whichever call made or replaced them. */
+static void nn_state_escape(em_optimizer *o) {
+    if (!o || em_scope_depth() == 0) return;
+    for (size_t i = 0; i < o->n; i++) {
+        if (o->s1[i]) em_scope_escape(o->s1[i]);
+        if (o->s2[i]) em_scope_escape(o->s2[i]);
+        if (o->stept[i]) em_scope_escape(o->stept[i]);
+    }
+}
+
+static em_status nn_optimizer_step(em_optimizer *opt, const em_grads *g, double grad_scale) {
     static const char fn[] = "em_optimizer_step";
     if (!opt) return nn_null(fn, "opt");
     if (!g) return nn_null(fn, "grads");
@@ -469,7 +480,7 @@ static em_device nn_inner(const em_tensor *p) {
     return d;
 }
 
-em_status em_optimizer_state(em_optimizer *opt, em_params *out) {
+static em_status nn_optimizer_state(em_optimizer *opt, em_params *out) {
     static const char fn[] = "em_optimizer_state";
     if (!opt) return nn_null(fn, "opt");
     if (!out) return nn_null(fn, "out");
@@ -544,7 +555,7 @@ static em_status nn_load_one(const char *fn, const char *path, const char *name,
     return em_clone(src, out); /* the file's tensors may be read-only mappings */
 }
 
-em_status em_optimizer_load(em_optimizer *opt, const char *path) {
+static em_status nn_optimizer_load(em_optimizer *opt, const char *path) {
     static const char fn[] = "em_optimizer_load";
     if (!opt) return nn_null(fn, "opt");
     if (!path) return nn_null(fn, "path");
@@ -681,4 +692,22 @@ em_status em_clip_grad_norm(const em_params *p, const em_grads *g, double max_no
     if (total_norm) *total_norm = total;
     *scale = c < 1.0 ? c : 1.0;
     return EM_OK;
+}
+
+em_status em_optimizer_step(em_optimizer *opt, const em_grads *g, double grad_scale) {
+    em_status s = nn_optimizer_step(opt, g, grad_scale);
+    nn_state_escape(opt);
+    return s;
+}
+
+em_status em_optimizer_state(em_optimizer *opt, em_params *out) {
+    em_status s = nn_optimizer_state(opt, out);
+    nn_state_escape(opt);
+    return s;
+}
+
+em_status em_optimizer_load(em_optimizer *opt, const char *path) {
+    em_status s = nn_optimizer_load(opt, path);
+    nn_state_escape(opt);
+    return s;
 }

@@ -212,11 +212,7 @@ em_status em_cast(const em_tensor *t, em_dtype dt, em_tensor **out) {
     EMI_TRY(emi_check_out(fn, out));
     EMI_TRY(emi_check_plain_dtype(fn, dt));
     EMI_TRY(emi_check_not_quantized(fn, t));
-    if (t->dtype == dt) {
-        em_tensor_retain((em_tensor *)t);
-        *out = (em_tensor *)t;
-        return EM_OK;
-    }
+    if (t->dtype == dt) return emi_share(t, out);
     return emi_convert(fn, t, dt, &emi_rule_cast, out);
 }
 
@@ -224,11 +220,7 @@ em_status em_contiguous(const em_tensor *t, em_tensor **out) {
     static const char fn[] = "em_contiguous";
     EMI_TRY(emi_check_tensor(fn, "t", t));
     EMI_TRY(emi_check_out(fn, out));
-    if (emi_view_is_contiguous(&t->v)) {
-        em_tensor_retain((em_tensor *)t);
-        *out = (em_tensor *)t;
-        return EM_OK;
-    }
+    if (emi_view_is_contiguous(&t->v)) return emi_share(t, out);
     return em_clone(t, out);
 }
 
@@ -249,11 +241,7 @@ em_status em_to_device(const em_tensor *t, em_device dev, em_tensor **out) {
     EMI_TRY(emi_check_tensor(fn, "t", t));
     EMI_TRY(emi_check_out(fn, out));
     EMI_TRY(emi_check_device(fn, dev));
-    if (em_device_equal(t->dev, dev)) {
-        em_tensor_retain((em_tensor *)t);
-        *out = (em_tensor *)t;
-        return EM_OK;
-    }
+    if (em_device_equal(t->dev, dev)) return emi_share(t, out);
     const char *what = NULL;
     const bool record = em_is_grad_enabled();
     if (record && !dev.autodiff && emi_ad_in_graph(t, &what)) {

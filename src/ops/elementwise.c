@@ -43,6 +43,8 @@ static em_status ew_output(const char *fn, em_tensor *consumed, const emi_ad_op 
                            em_tensor **o) {
     /* A recorded op may need its inputs' values in backward: never overwrite them. */
     if (consumed && !ad->tracked && ew_can_reuse(consumed, dt, shape, rank)) {
+        /* the result of a call: in a scope, the innermost scope's like a fresh one */
+        if (emi_scope_on) emi_scope_adopt(consumed);
         *o = consumed;
         return EM_OK;
     }

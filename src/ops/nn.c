@@ -175,11 +175,7 @@ em_status em_dropout(const em_tensor *x, double p, bool training, uint64_t seed,
     EMI_TRY(emi_check_float(fn, x));
     if (!(p >= 0.0 && p <= 1.0))
         return emi_fail(EM_ERR_ARG, "%s: p must be in [0, 1], got %g", fn, p);
-    if (!training || p == 0.0) {
-        em_tensor_retain((em_tensor *)x);
-        *out = (em_tensor *)x;
-        return EM_OK;
-    }
+    if (!training || p == 0.0) return emi_share(x, out);
     if (p == 1.0) return em_full_like(x, 0.0, out);
     /* keep element i when bernoulli(1 - p) gives 1 there; the kept ones scale by 1/(1-p). */
     em_tensor *mask = NULL, *kept = NULL;
