@@ -28,7 +28,8 @@
  * 3e-3).
  *
  * transformer: --data FILE is the text (default /usr/share/common-licenses/GPL-3, on every
- * Debian system); its first 90% trains, the last 10% validates. An epoch is --steps N batches
+ * Debian system); of each 10 blocks of 1024 bytes, the first 9 train and the 10th validates
+ * (windows are cut from the training blocks put end to end, and the validation ones). An epoch is --steps N batches
  * (default: one pass over the training text, its length / (batch * T) batches), each of
  * --batch windows of T + 1 bytes at random offsets (from --seed); --limit N keeps the first N
  * bytes of the text; --test-limit N evaluates on at most N validation windows (consecutive,
@@ -511,7 +512,11 @@ static int run_transformer(const config *c, em_device dev, em_device inner) {
     bool seen[256] = {false};
     for (size_t i = 0; i < len; i++) seen[text[i]] = true;
     for (int b = 0; b < 256; b++) map[b] = seen[b] ? vocab++ : -1;
-    size_t ntrain = len / 10 * 9, nval = len - ntrain;
+    /* the split: of each 10 blocks of 1024 bytes, the 10th validates (a text's end is often
+     * unlike the rest: GPL-3's is its all-caps disclaimer) */
+    size_t nval = 0;
+    for (size_t i = 0; i < len; i++) nval += (i / 1024) % 10 == 9;
+    size_t ntrain = len - nval;
     if (ntrain < (size_t)T + 1 || nval < (size_t)T + 1) {
         free(text);
         char need[32];
@@ -528,7 +533,8 @@ static int run_transformer(const config *c, em_device dev, em_device inner) {
         fprintf(stderr, "ember-train: out of memory\n");
         goto fail;
     }
-    for (size_t i = 0; i < len; i++) tok[i] = map[text[i]];
+    for (size_t i = 0, a = 0, v = ntrain; i < len; i++) /* training bytes, then validation */
+        tok[(i / 1024) % 10 == 9 ? v++ : a++] = map[text[i]];
     char devname[64] = "";
     em_device_name(dev, devname, sizeof devname);
     TRY(build_gpt(vocab, T, dev, c->seed, &model));
@@ -585,7 +591,7 @@ static int run_transformer(const config *c, em_device dev, em_device inner) {
         fflush(stdout);
     }
     if (c->save != NULL) TRY(save_model(model, params, c->save));
-    /* validation: consecutive windows of the last 10%, the same model with recording off */
+    /* validation: consecutive windows of the validation bytes, the same model with recording off */
     int64_t nwin = (int64_t)((nval - 1) / (size_t)T);
     if (c->test_limit > 0 && c->test_limit < nwin) nwin = c->test_limit;
     double vsum = 0;
