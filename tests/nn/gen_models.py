@@ -17,6 +17,7 @@ Writes golden_models.txt beside this file, one line per array, `name n v0 v1 ...
   <model>.<dt>.loss  the 20 training losses (before each step), dt f32 or f64
   <model>.<dt>.eval  the eval-mode loss on batch 20 after the 20 steps (no_grad)
   resnet.<dt>.running_mean  the first BatchNorm's running_mean after the steps
+  momentum.onecycle(2)      OneCycleLR's momentum (SGD) / beta1 (Adam) at each step
 Run: /usr/bin/python3 tests/nn/gen_models.py
 """
 import math
@@ -192,6 +193,38 @@ for dtype in (torch.float32, torch.float64):
     run("resnet", resnet().to(dtype), lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
         lambda s, dt=dtype: res_batch(s, dt), res_loss, dtype,
         lambda m, p: put(p + ".running_mean", m[1].running_mean.tolist()))
+
+
+
+# OneCycleLR's momentum cycling (em_momentum_one_cycle): SGD's momentum and Adam's beta1
+def momenta(name, mk, key, n):
+    p = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    o, sc = mk(p)
+    vals = []
+    for _ in range(n):
+        g = o.param_groups[0]
+        vals.append(g["momentum"] if key == "momentum" else g["betas"][0])
+        o.step()
+        sc.step()
+    put("momentum." + name, vals)
+
+
+S = torch.optim.lr_scheduler
+
+
+def sgd_cycle(p):
+    o = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    return o, S.OneCycleLR(o, max_lr=0.1, total_steps=20)
+
+
+def adam_cycle(p):
+    o = torch.optim.Adam([p], lr=0.1)
+    return o, S.OneCycleLR(o, max_lr=0.5, total_steps=17, pct_start=0.25, base_momentum=0.8,
+                           max_momentum=0.9)
+
+
+momenta("onecycle", sgd_cycle, "momentum", 20)
+momenta("onecycle2", adam_cycle, "beta1", 17)
 
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden_models.txt")
 with open(path, "w") as f:

@@ -7,7 +7,7 @@
  * first BatchNorm's running mean. Parameter names and order are torch's (checked by hash).
  * Weights and batches come from an integer hash both sides compute (see gen_models.py).
  * Devices: ref and cpu (where built), each wrapped for autodiff; the cpu f32 run also with
- * BALANCED checkpointing.
+ * BALANCED checkpointing. Also em_momentum_one_cycle against torch's OneCycleLR.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -382,8 +382,31 @@ static void test_resnet_20_steps(void **state) {
     run_all(false);
 }
 
+/* em_momentum_one_cycle against torch's OneCycleLR (SGD's momentum, Adam's beta1) */
+static void test_momentum_one_cycle(void **state) {
+    (void)state;
+    const garr *a = gget("momentum.onecycle"), *b = gget("momentum.onecycle2");
+    assert_int_equal(a->n, 20);
+    assert_int_equal(b->n, 17);
+    for (int i = 0; i < 20; i++)
+        check("momentum.onecycle", em_momentum_one_cycle(i, 20, 0.3, 0.85, 0.95), a->v[i],
+              1e-12);
+    for (int i = 0; i < 17; i++)
+        check("momentum.onecycle2", em_momentum_one_cycle(i, 17, 0.25, 0.8, 0.9), b->v[i],
+              1e-12);
+    /* out of range: NaN */
+    assert_true(isnan(em_momentum_one_cycle(21, 20, 0.3, 0.85, 0.95)));
+    assert_true(isnan(em_momentum_one_cycle(-1, 20, 0.3, 0.85, 0.95)));
+    assert_true(isnan(em_momentum_one_cycle(0, 0, 0.3, 0.85, 0.95)));
+    assert_true(isnan(em_momentum_one_cycle(0, 20, 1.5, 0.85, 0.95)));
+    assert_true(isnan(em_momentum_one_cycle(0, 20, 0.3, -0.1, 0.95)));
+    assert_true(isnan(em_momentum_one_cycle(0, 20, 0.3, 0.85, 1.5)));
+    assert_true(isnan(em_momentum_one_cycle(0, 20, 0.3, NAN, 0.95)));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_momentum_one_cycle),
         cmocka_unit_test(test_transformer_20_steps),
         cmocka_unit_test(test_resnet_20_steps),
     };
