@@ -505,7 +505,12 @@ static int run_transformer(const config *c, em_device dev, em_device inner) {
         if (r == 0) break;
         len += r;
     }
+    bool unreadable = ferror(f) != 0;
     fclose(f);
+    if (unreadable) {
+        free(text);
+        return bad("cannot read the text '%s'%s (--data FILE)", path, "");
+    }
     if (c->limit > 0 && (size_t)c->limit < len) len = (size_t)c->limit;
     /* the vocabulary: the text's distinct bytes, in byte order */
     int64_t map[256], vocab = 0;
@@ -519,9 +524,10 @@ static int run_transformer(const config *c, em_device dev, em_device inner) {
     size_t ntrain = len - nval;
     if (ntrain < (size_t)T + 1 || nval < (size_t)T + 1) {
         free(text);
-        char need[32];
-        snprintf(need, sizeof need, "%lld", (long long)(10 * (T + 1)));
-        return bad("the text '%s' is too short for context T (at least %s bytes)", path, need);
+        char need[96];
+        snprintf(need, sizeof need, "context %lld (at least %lld bytes)", (long long)T,
+                 (long long)(10 * (T + 1)));
+        return bad("the text '%s' is too short for %s", path, need);
     }
     int64_t *tok = malloc(len * sizeof *tok);
     int64_t *off = malloc((size_t)c->batch * sizeof *off);

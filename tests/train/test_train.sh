@@ -17,7 +17,7 @@ fail=0
 for bad in "--bogus" "--epochs 0" "--epochs x" "--model rnn" "--optimizer rmsprop" \
            "--lr -1" "--device nope" "--checkpointing full" "--batch" "--eval" \
            "--data /nonexistent/dir" "--steps 0" "--context 0" "--optimizer adamax" \
-           "--model transformer --data /nonexistent/file"; do
+           "--model transformer --data /nonexistent/file" "--model transformer --limit 100"; do
     # shellcheck disable=SC2086
     "$bin" $bad >/dev/null 2>/tmp/ember-train-err.$$
     rc=$?
