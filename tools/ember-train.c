@@ -1,19 +1,47 @@
 /*
- * ember-train — trains a small classifier on Fashion-MNIST with ember's nn and io libraries:
- * shuffled mini-batches, cross-entropy, autodiff, SGD or Adam; then the test accuracy.
+ * ember-train — trains a small model with ember's nn and io libraries: a classifier on
+ * Fashion-MNIST (shuffled mini-batches, cross-entropy, autodiff, SGD, Adam or AdamW; then the
+ * test accuracy), or a character-level transformer on a text file.
  *
- * Usage: ember-train [--device D] [--model mlp|cnn] [--epochs N] [--batch B] [--lr X]
- *                    [--optimizer sgd|adam] [--momentum M] [--checkpointing balanced]
- *                    [--save F] [--load F] [--eval] [--data DIR] [--seed S] [--limit N]
- *                    [--test-limit N]
+ * Usage: ember-train [--device D] [--model mlp|cnn|resnet|transformer] [--epochs N]
+ *                    [--batch B] [--lr X] [--optimizer sgd|adam|adamw] [--momentum M]
+ *                    [--checkpointing balanced] [--save F] [--load F] [--eval] [--data P]
+ *                    [--seed S] [--limit N] [--test-limit N] [--steps N] [--context T]
  *
- * --limit N trains on the first N images of the shuffled training set; --test-limit N
- * evaluates on the first N test images only (both for quick runs and tests). SGD's learning
- * rate is 0.01 unless --lr is given (Adam's 3e-3). --eval (with --load) only evaluates; its
- * final line reports loss=nan.
+ * Models (all built from nn.h modules; eval runs the same model under em_set_grad_enabled
+ * (false), no second copy):
+ *   mlp          784-256-128-10, ReLU
+ *   cnn          conv 8, pool, conv 16, pool, linear
+ *   resnet       conv 16 + BatchNorm2d + ReLU + max pool (14x14), a residual block of two
+ *                3x3 convs with BatchNorm2d (16 ch), a stride-2 conv to 32 ch + BatchNorm2d +
+ *                ReLU (7x7), a residual block (32 ch), adaptive average pool, linear 32-10
+ *   transformer  a character-level GPT: byte vocabulary of the text (the distinct bytes),
+ *                token + positional Embedding (context T, 64 unless --context), 2 pre-LN
+ *                transformer blocks (d 64, 4 heads, causal, MLP 256), final LayerNorm, Linear
+ *                head; cross-entropy on the next byte, AdamW (weight decay 0.01) with a linear
+ *                warmup over the first 10% of the steps and a cosine decay to lr/10 after,
+ *                gradient norm clipped to 1.
+ *
+ * Image models: --data DIR holds Fashion-MNIST; --limit N trains on the first N images of the
+ * shuffled training set; --test-limit N evaluates on the first N test images only (both for
+ * quick runs and tests). SGD's learning rate is 0.01 unless --lr is given (Adam's and AdamW's
+ * 3e-3).
+ *
+ * transformer: --data FILE is the text (default /usr/share/common-licenses/GPL-3, on every
+ * Debian system); of each 10 blocks of 1024 bytes, the first 9 train and the 10th validates
+ * (windows are cut from the training blocks put end to end, and the validation ones). An epoch is --steps N batches
+ * (default: one pass over the training text, its length / (batch * T) batches), each of
+ * --batch windows of T + 1 bytes at random offsets (from --seed); --limit N keeps the first N
+ * bytes of the text; --test-limit N evaluates on at most N validation windows (consecutive,
+ * not overlapping). Its default batch is 32 and its default optimizer AdamW.
+ *
+ * --eval (with --load) only evaluates; its final line reports loss=nan. --save/--load write
+ * and read the model's state (parameters and buffers, em_module_save/em_module_load).
  *
  * The last line of the output is machine-readable:
  *   final: loss=<mean loss of the last epoch> accuracy=<test accuracy> epoch_s=<s per epoch>
+ * and for the transformer, after those (accuracy: of the next byte on the validation text):
+ *   ... val_loss=<mean validation loss> perplexity=<exp(val_loss)>
  * Exit status: 0 on success, 2 for a bad flag or value, an unknown device or a missing data
  * set, 1 for any other failure.
  */
@@ -27,6 +55,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ember/backend.h" /* em_backend_set_error, for the model class */
 #include "ember/ember.h"
 #include "ember/io.h"
 #include "ember/nn.h"
@@ -42,10 +71,10 @@
 
 typedef struct config {
     const char *device, *model, *optimizer, *save, *load, *data;
-    long epochs, batch, limit, test_limit;
+    long epochs, batch, limit, test_limit, steps, context;
     double lr, momentum;
     uint64_t seed;
-    bool balanced, eval_only, lr_set;
+    bool balanced, eval_only, lr_set, batch_set, optimizer_set;
 } config;
 
 static double now_s(void) {
@@ -55,13 +84,19 @@ static double now_s(void) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ember-train [--device D] [--model mlp|cnn] [--epochs N] [--batch B] "
-               "[--lr X]\n"
-               "                   [--optimizer sgd|adam] [--momentum M] "
-               "[--checkpointing balanced]\n"
-               "                   [--save F] [--load F] [--eval] [--data DIR] [--seed S] "
-               "[--limit N]\n"
-               "                   [--test-limit N]\n");
+    fprintf(f, "usage: ember-train [--device D] [--model mlp|cnn|resnet|transformer] "
+               "[--epochs N]\n"
+               "                   [--batch B] [--lr X] [--optimizer sgd|adam|adamw] "
+               "[--momentum M]\n"
+               "                   [--checkpointing balanced] [--save F] [--load F] [--eval]\n"
+               "                   [--data DIR|FILE] [--seed S] [--limit N] [--test-limit N]\n"
+               "                   [--steps N] [--context T]\n"
+               "  mlp, cnn, resnet: Fashion-MNIST in --data DIR; transformer: a character "
+               "model of the\n"
+               "  text --data FILE (default /usr/share/common-licenses/GPL-3), an epoch = "
+               "--steps N batches\n"
+               "  (default one pass over the text); see the comment at the top of "
+               "tools/ember-train.c\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b) {
@@ -100,7 +135,8 @@ static int parse_args(int argc, char **argv, config *c) {
         }
         static const char *const with_value[] = {
             "--device", "--model", "--epochs", "--batch", "--lr", "--optimizer", "--momentum",
-            "--checkpointing", "--save", "--load", "--data", "--seed", "--limit", "--test-limit"};
+            "--checkpointing", "--save", "--load", "--data", "--seed", "--limit", "--test-limit",
+            "--steps", "--context"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
             known = known || strcmp(f, with_value[k]) == 0;
@@ -113,13 +149,15 @@ static int parse_args(int argc, char **argv, config *c) {
         else if (strcmp(f, "--load") == 0) c->load = v;
         else if (strcmp(f, "--data") == 0) c->data = v;
         else if (strcmp(f, "--model") == 0) {
-            if (strcmp(v, "mlp") != 0 && strcmp(v, "cnn") != 0)
-                return bad("--model: '%s' is not mlp or cnn%s", v, "");
+            if (strcmp(v, "mlp") != 0 && strcmp(v, "cnn") != 0 && strcmp(v, "resnet") != 0 &&
+                strcmp(v, "transformer") != 0)
+                return bad("--model: '%s' is not mlp, cnn, resnet or transformer%s", v, "");
             c->model = v;
         } else if (strcmp(f, "--optimizer") == 0) {
-            if (strcmp(v, "sgd") != 0 && strcmp(v, "adam") != 0)
-                return bad("--optimizer: '%s' is not sgd or adam%s", v, "");
+            if (strcmp(v, "sgd") != 0 && strcmp(v, "adam") != 0 && strcmp(v, "adamw") != 0)
+                return bad("--optimizer: '%s' is not sgd, adam or adamw%s", v, "");
             c->optimizer = v;
+            c->optimizer_set = true;
         } else if (strcmp(f, "--checkpointing") == 0) {
             if (strcmp(v, "balanced") != 0)
                 return bad("--checkpointing: '%s' is not balanced%s", v, "");
@@ -130,6 +168,14 @@ static int parse_args(int argc, char **argv, config *c) {
         } else if (strcmp(f, "--batch") == 0) {
             if (!parse_long(v, 1, &n)) return bad("--batch: '%s' is not an integer >= 1%s", v, "");
             c->batch = n;
+            c->batch_set = true;
+        } else if (strcmp(f, "--steps") == 0) {
+            if (!parse_long(v, 1, &n)) return bad("--steps: '%s' is not an integer >= 1%s", v, "");
+            c->steps = n;
+        } else if (strcmp(f, "--context") == 0) {
+            if (!parse_long(v, 1, &n) || n > 4096)
+                return bad("--context: '%s' is not an integer in [1, 4096]%s", v, "");
+            c->context = n;
         } else if (strcmp(f, "--limit") == 0) {
             if (!parse_long(v, 1, &n)) return bad("--limit: '%s' is not an integer >= 1%s", v, "");
             c->limit = n;
@@ -153,10 +199,29 @@ static int parse_args(int argc, char **argv, config *c) {
     return 0;
 }
 
-/** Builds the model on dev: the MLP 784-256-128-10 or the small CNN. */
+/** A residual block of ch channels: x + BN(conv(ReLU(BN(conv(x))))), 3x3 convs without bias. */
+static em_status res_block(int64_t ch, em_module_opts *o, em_module **out) {
+    em_module *p[5] = {NULL}, *body = NULL;
+    size_t n = 0;
+    em_status s = em_nn_conv2d(ch, ch, 3, 1, 1, false, o, &p[n]);
+    if (s == EM_OK) n++;
+    if (s == EM_OK && (s = em_nn_batch_norm2d(ch, NULL, o, &p[n])) == EM_OK) n++;
+    if (s == EM_OK && (s = em_nn_relu(&p[n])) == EM_OK) n++;
+    if (s == EM_OK && (s = em_nn_conv2d(ch, ch, 3, 1, 1, false, o, &p[n])) == EM_OK) n++;
+    if (s == EM_OK && (s = em_nn_batch_norm2d(ch, NULL, o, &p[n])) == EM_OK) n++;
+    if (s != EM_OK) {
+        for (size_t i = 0; i < 5; i++) em_module_release(p[i]);
+        return s;
+    }
+    s = em_nn_sequential(p, n, &body);
+    if (s == EM_OK) s = em_nn_residual(body, out);
+    return s;
+}
+
+/** Builds the model on dev: the MLP 784-256-128-10, the small CNN or the small ResNet. */
 static em_status build_model(const char *kind, em_device dev, uint64_t seed, em_module **out) {
     em_module_opts o = em_module_opts_default(dev, seed);
-    em_module *m[11] = {NULL};
+    em_module *m[16] = {NULL};
     size_t n = 0;
     em_status s = EM_OK;
     /* each layer draws its own numbers (the same opts would give every layer one stream) */
@@ -168,7 +233,22 @@ static em_status build_model(const char *kind, em_device dev, uint64_t seed, em_
             if (s == EM_OK) n++;                                                               \
         }                                                                                      \
     } while (0)
-    if (strcmp(kind, "cnn") == 0) {
+    if (strcmp(kind, "resnet") == 0) {
+        ADD(em_nn_conv2d(1, 16, 3, 1, 1, false, &o, &m[n]));
+        ADD(em_nn_batch_norm2d(16, NULL, &o, &m[n]));
+        ADD(em_nn_relu(&m[n]));
+        ADD(em_nn_max_pool2d(2, 2, &m[n])); /* 14x14 */
+        ADD(res_block(16, &o, &m[n]));
+        ADD(em_nn_relu(&m[n]));
+        ADD(em_nn_conv2d(16, 32, 3, 2, 1, false, &o, &m[n])); /* 7x7 */
+        ADD(em_nn_batch_norm2d(32, NULL, &o, &m[n]));
+        ADD(em_nn_relu(&m[n]));
+        ADD(res_block(32, &o, &m[n]));
+        ADD(em_nn_relu(&m[n]));
+        ADD(em_nn_adaptive_avg_pool2d(1, 1, &m[n]));
+        ADD(em_nn_flatten(&m[n]));
+        ADD(em_nn_linear(32, 10, true, &o, &m[n]));
+    } else if (strcmp(kind, "cnn") == 0) {
         ADD(em_nn_conv2d(1, 8, 3, 1, 1, true, &o, &m[n]));
         ADD(em_nn_relu(&m[n]));
         ADD(em_nn_max_pool2d(2, 2, &m[n]));
@@ -193,16 +273,7 @@ static em_status build_model(const char *kind, em_device dev, uint64_t seed, em_
     return em_nn_sequential(m, n, out);
 }
 
-/** Copies every parameter of src into the parameter of the same index of dst. */
-static em_status copy_params(const em_params *dst, const em_params *src) {
-    for (size_t i = 0; i < em_params_count(src); i++) {
-        em_status s = em_tensor_assign(em_params_get(dst, i), em_params_get(src, i));
-        if (s != EM_OK) return s;
-    }
-    return EM_OK;
-}
-
-/** Test accuracy of model (on an untracked device) over ds, in batches. */
+/** Test accuracy of model over ds, in batches (eval mode; the caller turns recording off). */
 static em_status evaluate(em_module *model, const em_dataset *ds, em_device dev, long batch,
                           long limit, double *accuracy) {
     int64_t n = em_dataset_size(ds);
@@ -274,6 +345,294 @@ static int connect_remote(const char *spec, em_device *out) {
 }
 /* ---- end remote ---- */
 
+/** The optimizer of c over params: SGD (momentum), Adam, or AdamW (weight decay 0.01). */
+static em_status make_optimizer(const config *c, const em_params *params, em_optimizer **opt) {
+    if (strcmp(c->optimizer, "sgd") == 0) return em_optimizer_sgd(params, c->lr, c->momentum, 0, opt);
+    if (strcmp(c->optimizer, "adamw") == 0)
+        return em_optimizer_adamw(params, c->lr, 0.9, 0.999, 1e-8, 0.01, opt);
+    return em_optimizer_adam(params, c->lr, 0.9, 0.999, 1e-8, 0, opt);
+}
+
+/** Writes the model's state (parameters and buffers) to path and says so. */
+static em_status save_model(em_module *model, const em_params *params, const char *path) {
+    em_status s = em_module_save(model, path);
+    if (s == EM_OK)
+        printf("saved %zu parameters (and the buffers) to %s\n", em_params_count(params), path);
+    return s;
+}
+
+/* ---- transformer: a character-level GPT on a text file ---- */
+
+enum { GPT_DIM = 64, GPT_HEADS = 4, GPT_LAYERS = 2, GPT_HIDDEN = 256 };
+
+typedef struct gpt_data {
+    int64_t context, vocab;
+} gpt_data;
+
+/** logits [B, T, V] of byte indices x [B, T] (i64, T <= context): tok(x) + pos(0..T-1), the
+ *  blocks, ln_f, head. */
+static em_status gpt_forward(em_module *self, const em_tensor *x, bool training,
+                             em_tensor **y) {
+    const gpt_data *d = em_module_data(self);
+    if (em_tensor_rank(x) != 2 || em_tensor_shape(x)[1] > d->context)
+        return em_backend_set_error(EM_ERR_SHAPE, "x must be [B, T] with T <= %lld",
+                                    (long long)d->context);
+    int64_t T = em_tensor_shape(x)[1];
+    em_tensor *e = NULL, *pos = NULL, *pe = NULL, *h = NULL, *h2 = NULL, *h3 = NULL;
+    em_status s = em_module_forward(em_module_child(self, "tok"), x, training, &e);
+    if (s == EM_OK) s = em_arange(0, (double)T, 1, EM_I64, em_tensor_device(x), &pos);
+    if (s == EM_OK) s = em_module_forward(em_module_child(self, "pos"), pos, training, &pe);
+    if (s == EM_OK) s = em_add(e, pe, &h);
+    if (s == EM_OK) s = em_module_forward(em_module_child(self, "blocks"), h, training, &h2);
+    if (s == EM_OK) s = em_module_forward(em_module_child(self, "ln_f"), h2, training, &h3);
+    if (s == EM_OK) s = em_module_forward(em_module_child(self, "head"), h3, training, y);
+    em_tensor_release(e), em_tensor_release(pos), em_tensor_release(pe);
+    em_tensor_release(h), em_tensor_release(h2), em_tensor_release(h3);
+    return s;
+}
+
+static void gpt_describe(const em_module *self, char *buf, size_t cap) {
+    const gpt_data *d = em_module_data(self);
+    snprintf(buf, cap, "vocab %lld, context %lld", (long long)d->vocab, (long long)d->context);
+}
+
+static const em_module_class gpt_class = {"CharGPT", gpt_forward, gpt_describe, free};
+
+/** The GPT: children tok, pos, blocks (a Sequential of pre-LN blocks), ln_f, head. */
+static em_status build_gpt(int64_t vocab, int64_t context, em_device dev, uint64_t seed,
+                           em_module **out) {
+    em_module_opts o = em_module_opts_default(dev, seed);
+    gpt_data *d = malloc(sizeof *d);
+    if (d == NULL) return em_backend_set_error(EM_ERR_NOMEM, "build_gpt: out of memory");
+    d->context = context, d->vocab = vocab;
+    em_module *m = NULL, *c = NULL, *blocks[GPT_LAYERS] = {NULL};
+    em_status s = em_module_create(&gpt_class, d, &m);
+    if (s != EM_OK) {
+        free(d);
+        return s;
+    }
+    if ((s = em_nn_embedding(vocab, GPT_DIM, &o, &c)) == EM_OK) s = em_module_add_child(m, "tok", c);
+    if (s == EM_OK && (s = em_nn_embedding(context, GPT_DIM, &o, &c)) == EM_OK)
+        s = em_module_add_child(m, "pos", c);
+    size_t n = 0;
+    for (; s == EM_OK && n < GPT_LAYERS; n++)
+        s = em_nn_transformer_block(GPT_DIM, GPT_HEADS, GPT_HIDDEN, 0, true, &o, &blocks[n]);
+    if (s == EM_OK && (s = em_nn_sequential(blocks, n, &c)) == EM_OK)
+        s = em_module_add_child(m, "blocks", c);
+    else if (s != EM_OK)
+        for (size_t i = 0; i < n; i++) em_module_release(blocks[i]);
+    if (s == EM_OK && (s = em_nn_layer_norm(GPT_DIM, &o, &c)) == EM_OK)
+        s = em_module_add_child(m, "ln_f", c);
+    if (s == EM_OK && (s = em_nn_linear(GPT_DIM, vocab, true, &o, &c)) == EM_OK)
+        s = em_module_add_child(m, "head", c);
+    if (s != EM_OK) {
+        em_module_release(m);
+        return s;
+    }
+    *out = m;
+    return EM_OK;
+}
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/** Loss (mean over the B*T positions) of the windows starting at off[0..b-1]; also counts the
+ *  positions whose argmax is the next byte into *correct when not NULL. */
+static em_status gpt_batch(em_module *model, const int64_t *tok, const int64_t *off, size_t b,
+                           int64_t T, em_device inner, bool training, em_tensor **loss_out,
+                           int64_t *correct) {
+    size_t nt = b * (size_t)T;
+    int64_t *xs = malloc(nt * sizeof *xs), *ys = malloc(nt * sizeof *ys);
+    int64_t *pred = correct ? malloc(nt * sizeof *pred) : NULL;
+    em_status s = xs && ys && (pred || !correct)
+                      ? EM_OK : em_backend_set_error(EM_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; s == EM_OK && i < b; i++)
+        for (int64_t t = 0; t < T; t++) {
+            xs[i * (size_t)T + (size_t)t] = tok[off[i] + t];
+            ys[i * (size_t)T + (size_t)t] = tok[off[i] + t + 1];
+        }
+    int64_t xshape[2] = {(int64_t)b, T}, yshape[1] = {(int64_t)nt}, lshape[2];
+    em_tensor *x = NULL, *y = NULL, *logits = NULL, *flat = NULL, *am = NULL;
+    if (s == EM_OK) s = em_tensor_from_data(xs, EM_I64, xshape, 2, inner, &x);
+    if (s == EM_OK) s = em_tensor_from_data(ys, EM_I64, yshape, 1, inner, &y);
+    if (s == EM_OK) s = em_module_forward(model, x, training, &logits);
+    if (s == EM_OK) {
+        lshape[0] = (int64_t)nt, lshape[1] = em_tensor_shape(logits)[2];
+        s = em_reshape(logits, lshape, 2, &flat);
+    }
+    if (s == EM_OK) s = em_loss_cross_entropy(flat, y, loss_out);
+    if (s == EM_OK && correct) {
+        s = em_argmax_dim(flat, 1, false, &am);
+        if (s == EM_OK) s = em_tensor_to_data(am, pred, nt * sizeof *pred);
+        for (size_t i = 0; s == EM_OK && i < nt; i++) *correct += pred[i] == ys[i];
+        if (s != EM_OK) em_tensor_release(*loss_out);
+    }
+    em_tensor_release(x), em_tensor_release(y), em_tensor_release(logits);
+    em_tensor_release(flat), em_tensor_release(am);
+    free(xs), free(ys), free(pred);
+    return s;
+}
+
+/** The learning rate of step k of total: linear warmup over the first 10%, then cosine to
+ *  lr / 10. */
+static double gpt_lr(double lr, long k, long total) {
+    long warm = total / 10 > 0 ? total / 10 : 1;
+    if (k < warm) return em_lr_linear(lr, (int)k, 1.0 / (double)warm, 1.0, (int)warm);
+    if (total - warm < 1) return lr;
+    return em_lr_cosine(lr, (int)(k - warm), (int)(total - warm), lr / 10);
+}
+
+/** --model transformer; returns the exit status. */
+static int run_transformer(const config *c, em_device dev, em_device inner) {
+    const char *path = c->data ? c->data : "/usr/share/common-licenses/GPL-3";
+    int64_t T = c->context > 0 ? c->context : 64;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return bad("cannot read the text '%s'%s (--data FILE)", path, "");
+    unsigned char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            size_t nc = cap ? 2 * cap : 65536;
+            unsigned char *nt = realloc(text, nc);
+            if (nt == NULL) break;
+            text = nt, cap = nc;
+        }
+        size_t r = fread(text + len, 1, cap - len, f);
+        if (r == 0) break;
+        len += r;
+    }
+    bool unreadable = ferror(f) != 0;
+    fclose(f);
+    if (unreadable) {
+        free(text);
+        return bad("cannot read the text '%s'%s (--data FILE)", path, "");
+    }
+    if (c->limit > 0 && (size_t)c->limit < len) len = (size_t)c->limit;
+    /* the vocabulary: the text's distinct bytes, in byte order */
+    int64_t map[256], vocab = 0;
+    bool seen[256] = {false};
+    for (size_t i = 0; i < len; i++) seen[text[i]] = true;
+    for (int b = 0; b < 256; b++) map[b] = seen[b] ? vocab++ : -1;
+    /* the split: of each 10 blocks of 1024 bytes, the 10th validates (a text's end is often
+     * unlike the rest: GPL-3's is its all-caps disclaimer) */
+    size_t nval = 0;
+    for (size_t i = 0; i < len; i++) nval += (i / 1024) % 10 == 9;
+    size_t ntrain = len - nval;
+    if (ntrain < (size_t)T + 1 || nval < (size_t)T + 1) {
+        free(text);
+        char need[96];
+        snprintf(need, sizeof need, "context %lld (at least %lld bytes)", (long long)T,
+                 (long long)(10 * (T + 1)));
+        return bad("the text '%s' is too short for %s", path, need);
+    }
+    int64_t *tok = malloc(len * sizeof *tok);
+    int64_t *off = malloc((size_t)c->batch * sizeof *off);
+    em_module *model = NULL;
+    em_params *params = NULL;
+    em_optimizer *opt = NULL;
+    int rc = 1;
+    if (tok == NULL || off == NULL) {
+        fprintf(stderr, "ember-train: out of memory\n");
+        goto fail;
+    }
+    for (size_t i = 0, a = 0, v = ntrain; i < len; i++) /* training bytes, then validation */
+        tok[(i / 1024) % 10 == 9 ? v++ : a++] = map[text[i]];
+    char devname[64] = "";
+    em_device_name(dev, devname, sizeof devname);
+    TRY(build_gpt(vocab, T, dev, c->seed, &model));
+    TRY(em_params_create(&params));
+    TRY(em_module_params(model, NULL, params));
+    if (c->load != NULL) TRY(em_module_load(model, c->load));
+    TRY(make_optimizer(c, params, &opt));
+    long steps = c->steps > 0 ? c->steps
+                              : (long)((ntrain - 1) / ((size_t)c->batch * (size_t)T));
+    if (steps < 1) steps = 1;
+    int64_t nparam = 0;
+    for (size_t i = 0; i < em_params_count(params); i++)
+        nparam += em_tensor_numel(em_params_get(params, i));
+    if (!c->eval_only)
+        printf("ember-train: transformer on %s, %s lr %g (warmup + cosine), batch %ld x %lld "
+               "bytes, %ld epoch(s) of %ld steps, %zu bytes of %s (vocabulary %lld), %lld "
+               "parameters, seed %" PRIu64 "\n",
+               devname, c->optimizer, c->lr, c->batch, (long long)T, c->epochs, steps, len,
+               path, (long long)vocab, (long long)nparam, c->seed);
+    double last_loss = NAN, total_time = 0;
+    uint64_t rng = c->seed * 1000003u + 17u;
+    bool tty = isatty(STDOUT_FILENO) != 0;
+    for (long e = 0; !c->eval_only && e < c->epochs; e++) {
+        double t0 = now_s(), sum = 0;
+        int decile = 0;
+        for (long k = 0; k < steps; k++) {
+            for (long i = 0; i < c->batch; i++)
+                off[i] = (int64_t)(splitmix64(&rng) % (uint64_t)(ntrain - (size_t)T));
+            em_tensor *loss = NULL;
+            em_grads *g = NULL;
+            double lv = 0, scale = 1;
+            em_status s = em_optimizer_set_lr(opt, gpt_lr(c->lr, e * steps + k, c->epochs * steps));
+            if (s == EM_OK)
+                s = gpt_batch(model, tok, off, (size_t)c->batch, T, inner, true, &loss, NULL);
+            if (s == EM_OK) s = em_tensor_item(loss, &lv);
+            if (s == EM_OK) s = em_backward(loss, &g);
+            if (s == EM_OK) s = em_clip_grad_norm(params, g, 1.0, NULL, &scale);
+            if (s == EM_OK) s = em_optimizer_step(opt, g, scale);
+            em_grads_release(g), em_tensor_release(loss);
+            if (s != EM_OK) {
+                if (tty) printf("\n");
+                TRY(s);
+            }
+            sum += lv;
+            progress(tty, (int)e + 1, (k + 1) * c->batch, steps * c->batch, sum / (double)(k + 1),
+                     t0, &decile);
+        }
+        double dt = now_s() - t0;
+        total_time += dt;
+        last_loss = sum / (double)steps;
+        if (tty) printf("\n");
+        printf("epoch %ld: %.2f s, mean loss %.4f, %.0f tokens/s\n", e + 1, dt, last_loss,
+               (double)(steps * c->batch * T) / dt);
+        fflush(stdout);
+    }
+    if (c->save != NULL) TRY(save_model(model, params, c->save));
+    /* validation: consecutive windows of the validation bytes, the same model with recording off */
+    int64_t nwin = (int64_t)((nval - 1) / (size_t)T);
+    if (c->test_limit > 0 && c->test_limit < nwin) nwin = c->test_limit;
+    double vsum = 0;
+    int64_t correct = 0;
+    bool was = em_set_grad_enabled(false);
+    em_status s = EM_OK;
+    for (int64_t w = 0; s == EM_OK && w < nwin; w += c->batch) {
+        size_t b = (size_t)(nwin - w < c->batch ? nwin - w : c->batch);
+        for (size_t i = 0; i < b; i++) off[i] = (int64_t)ntrain + (w + (int64_t)i) * T;
+        em_tensor *loss = NULL;
+        double lv = 0;
+        s = gpt_batch(model, tok, off, b, T, inner, false, &loss, &correct);
+        if (s == EM_OK) s = em_tensor_item(loss, &lv);
+        em_tensor_release(loss);
+        vsum += lv * (double)b;
+    }
+    em_set_grad_enabled(was);
+    TRY(s);
+    double vloss = vsum / (double)nwin, acc = (double)correct / (double)(nwin * T);
+    printf("validation: loss %.4f, perplexity %.2f, next-byte accuracy %.4f (%lld windows)\n",
+           vloss, exp(vloss), acc, (long long)nwin);
+    if (!c->eval_only) printf("time per epoch: %.2f s\n", total_time / (double)c->epochs);
+    printf("final: loss=%.4f accuracy=%.4f epoch_s=%.3f val_loss=%.4f perplexity=%.3f\n",
+           last_loss, acc, c->eval_only ? 0.0 : total_time / (double)c->epochs, vloss,
+           exp(vloss));
+    rc = 0;
+fail:
+    em_optimizer_release(opt);
+    em_params_release(params);
+    em_module_release(model);
+    free(tok), free(off), free(text);
+    return rc;
+}
+/* ---- end transformer ---- */
+
 int main(int argc, char **argv) {
     config c = {.model = "mlp", .optimizer = "adam", .epochs = 1, .batch = 64, .lr = 3e-3,
                 .momentum = 0.9, .seed = 1};
@@ -283,6 +642,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (rc != 0) return rc;
+    bool transformer = strcmp(c.model, "transformer") == 0;
+    if (transformer && !c.optimizer_set) c.optimizer = "adamw";
+    if (transformer && !c.batch_set) c.batch = 32;
     if (strcmp(c.optimizer, "sgd") == 0 && !c.lr_set) c.lr = 0.01;
 
     /* the devices: dev (autodiff) for training, inner (plain) for evaluation */
@@ -299,6 +661,8 @@ int main(int argc, char **argv) {
     if (em_device_autodiff(inner, c.balanced ? EM_CKPT_BALANCED : EM_CKPT_DISABLED, &dev) != EM_OK)
         return bad("device '%s': %s", c.device ? c.device : "default", em_last_error());
 
+    if (transformer) return run_transformer(&c, dev, inner);
+
     /* the data */
     const char *dir = c.data;
     if (dir == NULL) dir = getenv("EMBER_FASHION_MNIST_DIR");
@@ -314,10 +678,9 @@ int main(int argc, char **argv) {
                    "--data DIR)%s", dir, "");
 
     em_dataset *train = NULL, *test = NULL;
-    em_module *model = NULL, *eval_model = NULL;
-    em_params *params = NULL, *eval_params = NULL;
+    em_module *model = NULL;
+    em_params *params = NULL;
     em_optimizer *opt = NULL;
-    em_tensor_map *loaded = NULL;
     int64_t *perm = NULL;
     rc = 1;
     char devname[64] = "";
@@ -325,23 +688,10 @@ int main(int argc, char **argv) {
     TRY(em_idx_load(ti, tl, &train));
     TRY(em_idx_load(vi, vl, &test));
     TRY(build_model(c.model, dev, c.seed, &model));
-    TRY(build_model(c.model, inner, c.seed, &eval_model));
     TRY(em_params_create(&params));
-    TRY(em_params_create(&eval_params));
     TRY(em_module_params(model, NULL, params));
-    TRY(em_module_params(eval_model, NULL, eval_params));
-    if (c.load != NULL) {
-        TRY(em_safetensors_load(c.load, inner, &loaded));
-        for (size_t i = 0; i < em_params_count(params); i++) {
-            em_tensor *t = NULL;
-            TRY(em_tensor_map_get(loaded, em_params_name(params, i), &t));
-            em_status s = em_tensor_assign(em_params_get(params, i), t);
-            em_tensor_release(t);
-            TRY(s);
-        }
-    }
-    if (strcmp(c.optimizer, "sgd") == 0) TRY(em_optimizer_sgd(params, c.lr, c.momentum, 0, &opt));
-    else TRY(em_optimizer_adam(params, c.lr, 0.9, 0.999, 1e-8, 0, &opt));
+    if (c.load != NULL) TRY(em_module_load(model, c.load));
+    TRY(make_optimizer(&c, params, &opt));
 
     int64_t n = em_dataset_size(train);
     int64_t used = c.limit > 0 && c.limit < n ? c.limit : n;
@@ -404,23 +754,16 @@ int main(int argc, char **argv) {
                (double)used / dt);
         fflush(stdout);
     }
-    if (c.save != NULL) {
-        size_t np = em_params_count(params);
-        const char **names = malloc(np * sizeof *names);
-        const em_tensor **ts = malloc(np * sizeof *ts);
-        em_status s = names && ts ? EM_OK : EM_ERR_NOMEM;
-        for (size_t i = 0; s == EM_OK && i < np; i++)
-            names[i] = em_params_name(params, i), ts[i] = em_params_get(params, i);
-        if (s == EM_OK) s = em_safetensors_save(c.save, names, ts, np);
-        free(names), free(ts);
-        TRY(s);
-        printf("saved %zu parameters to %s\n", np, c.save);
-    }
+    if (c.save != NULL) TRY(save_model(model, params, c.save));
     double acc = 0;
-    TRY(copy_params(eval_params, params));
     int64_t ntest = em_dataset_size(test);
     if (c.test_limit > 0 && c.test_limit < ntest) ntest = c.test_limit;
-    TRY(evaluate(eval_model, test, inner, c.batch > 1000 ? c.batch : 1000, c.test_limit, &acc));
+    /* eval: the same model with recording off (no tape, no copy of the parameters) */
+    bool was = em_set_grad_enabled(false);
+    em_status es = evaluate(model, test, inner, c.batch > 1000 ? c.batch : 1000, c.test_limit,
+                            &acc);
+    em_set_grad_enabled(was);
+    TRY(es);
     printf("test accuracy: %.4f (%" PRId64 " images)\n", acc, ntest);
     if (!c.eval_only)
         printf("time per epoch: %.2f s\n", total_time / (double)c.epochs);
@@ -429,10 +772,9 @@ int main(int argc, char **argv) {
     rc = 0;
 fail:
     free(perm);
-    em_tensor_map_release(loaded);
     em_optimizer_release(opt);
-    em_params_release(params), em_params_release(eval_params);
-    em_module_release(model), em_module_release(eval_model);
+    em_params_release(params);
+    em_module_release(model);
     em_dataset_release(train), em_dataset_release(test);
     return rc;
 }

@@ -491,6 +491,14 @@ double em_lr_cosine(double base_lr, int step, int t_max, double eta_min);
  *  pct_start in [0, 1], both factors > 0. */
 double em_lr_one_cycle(double max_lr, int step, int total_steps, double pct_start,
                        double div_factor, double final_div_factor);
+/** The momentum torch's OneCycleLR (cycle_momentum, the default) gives step `step` of the
+ *  cycle em_lr_one_cycle describes, inversely to the lr: from max_momentum down to
+ *  base_momentum over the first phase, then back up to max_momentum at step total_steps - 1
+ *  (cosine annealing). Set it as SGD's momentum or Adam's beta1 (torch's defaults: base 0.85,
+ *  max 0.95). NaN unless 0 <= step <= total_steps, total_steps >= 1, pct_start in [0, 1],
+ *  both momenta in [0, 1]. */
+double em_momentum_one_cycle(int step, int total_steps, double pct_start, double base_momentum,
+                             double max_momentum);
 
 /** The global L2 norm of the gradients in g of the parameters of p, into *total_norm (may be
  *  NULL), and the factor min(1, max_norm / (total + 1e-6)) into *scale, to pass to

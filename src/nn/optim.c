@@ -661,6 +661,16 @@ double em_lr_one_cycle(double max_lr, int step, int total_steps, double pct_star
     return nn_anneal_cos(max_lr, min_lr, (step - end1) / (end2 - end1));
 }
 
+double em_momentum_one_cycle(int step, int total_steps, double pct_start, double base_momentum,
+                             double max_momentum) {
+    if (step < 0 || total_steps < 1 || step > total_steps || !(pct_start >= 0 && pct_start <= 1) ||
+        !(base_momentum >= 0 && base_momentum <= 1) || !(max_momentum >= 0 && max_momentum <= 1))
+        return NAN;
+    double end1 = (double)(pct_start * total_steps) - 1, end2 = (double)total_steps - 1;
+    if ((double)step <= end1) return nn_anneal_cos(max_momentum, base_momentum, step / end1);
+    return nn_anneal_cos(base_momentum, max_momentum, (step - end1) / (end2 - end1));
+}
+
 em_status em_clip_grad_norm(const em_params *p, const em_grads *g, double max_norm,
                             double *total_norm, double *scale) {
     static const char fn[] = "em_clip_grad_norm";
