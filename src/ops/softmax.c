@@ -1,5 +1,6 @@
 /*
- * softmax.c — the shape-keeping ops along one dim: cumsum, softmax, log_softmax.
+ * softmax.c — the shape-keeping ops along one dim: cumsum, cumprod, cummax, cummin, softmax,
+ * log_softmax.
  *
  * Each routes to its backend slot with a dim in [0, rank); a 0-d input (which takes dim 0 or
  * -1, like PyTorch) is handed to the kernel as a one-element 1-d view. Float results record
@@ -101,4 +102,101 @@ em_status em_log_softmax(const em_tensor *x, int dim, em_tensor **out) {
     EMI_TRY(emi_check_out(fn, out));
     EMI_TRY(emi_check_float(fn, x));
     return along(fn, x, dim, x->dtype, 1, out);
+}
+
+/** cumprod / cummax / cummin after the caller's checks of x: the outputs wanted (values of
+ *  dtype vdt, indices EM_I64 for max/min) through the cumulative slot. *values and *indices
+ *  may be NULL (not asked for); the indices are computed for max/min whatever is asked. */
+static em_status cumulative(const char *fn, const em_tensor *x, int d, em_cum_op op,
+                            em_dtype vdt, em_tensor **values, em_tensor **indices) {
+    const em_backend_ops *ops = x->st->ops;
+    EMI_TRY(emi_need(fn, ops, ops->cumulative != NULL, "cumulative"));
+    em_tensor *vals = NULL, *idx = NULL, *xt = NULL;
+    em_status s = emi_empty(fn, x->dev, vdt, x->v.shape, x->v.rank, &vals);
+    if (s == EM_OK && op != EM_CUM_PROD)
+        s = emi_empty(fn, x->dev, EM_I64, x->v.shape, x->v.rank, &idx);
+    if (s == EM_OK && emi_numel(x->v.shape, x->v.rank) > 0) {
+        em_view iv, iv1, vv1, kv1;
+        s = emi_input_view(fn, x, &iv, &xt);
+        if (s == EM_OK) {
+            iv1 = as_1d(&iv);
+            vv1 = as_1d(&vals->v);
+            if (idx) kv1 = as_1d(&idx->v);
+            s = ops->cumulative(x->st->ctx, op, &vv1, idx ? &kv1 : NULL, &iv1, d);
+        }
+        em_tensor_release(xt);
+    }
+    if (s != EM_OK) {
+        em_tensor_release(vals);
+        em_tensor_release(idx);
+        return s;
+    }
+    *values = vals;
+    if (indices) *indices = idx;
+    else em_tensor_release(idx);
+    return EM_OK;
+}
+
+/** Running product along dim (ints give EM_I64, bool is EM_ERR_DTYPE). */
+em_status em_cumprod(const em_tensor *x, int dim, em_tensor **out) {
+    const char *fn = "em_cumprod";
+    EMI_TRY(emi_check_tensor(fn, "x", x));
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_numeric(fn, x));
+    int d = 0;
+    EMI_TRY(along_dim(fn, dim, x->v.rank, &d));
+    const em_tensor *ins[1] = {x};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 1, &ad));
+    em_dtype odt = em_dtype_kind(x->dtype) == EM_KIND_INT ? EM_I64 : x->dtype;
+    em_tensor *o = NULL;
+    EMI_TRY(cumulative(fn, x, d, EM_CUM_PROD, odt, &o, NULL));
+    em_status s = emi_ad_end(&ad, &emi_rule_cumprod, ins, 1, o, &d, sizeof d);
+    if (s != EM_OK) {
+        em_tensor_release(o);
+        return s;
+    }
+    *out = o;
+    return EM_OK;
+}
+
+/** cummax / cummin: values recorded as a gather of x by the indices (the gradient goes to
+ *  the elements the values came from), the indices untracked. */
+static em_status cum_extreme(const char *fn, const em_tensor *x, int dim, em_cum_op op,
+                             em_tensor **values, em_tensor **indices) {
+    EMI_TRY(emi_check_tensor(fn, "x", x));
+    if (values == NULL && indices == NULL)
+        return emi_fail(EM_ERR_ARG, "%s: values and indices are both NULL", fn);
+    EMI_TRY(emi_check_not_quantized(fn, x));
+    int d = 0;
+    EMI_TRY(along_dim(fn, dim, x->v.rank, &d));
+    const em_tensor *ins1[1] = {x};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins1, 1, &ad));
+    em_tensor *vals = NULL, *idx = NULL;
+    EMI_TRY(cumulative(fn, x, d, op, x->dtype, &vals, &idx));
+    const em_tensor *ins[2] = {x, idx};
+    em_status s = emi_ad_end(&ad, op == EM_CUM_MAX ? &emi_rule_cummax : &emi_rule_cummin, ins,
+                             2, vals, &d, sizeof d);
+    if (s == EM_OK) s = emi_ad_end(&ad, NULL, ins1, 1, idx, NULL, 0);
+    if (s != EM_OK) {
+        em_tensor_release(vals);
+        em_tensor_release(idx);
+        return s;
+    }
+    if (values) *values = vals;
+    else em_tensor_release(vals);
+    if (indices) *indices = idx;
+    else em_tensor_release(idx);
+    return EM_OK;
+}
+
+/** Running maximum along dim with its indices (EM_I64), as torch.cummax. */
+em_status em_cummax(const em_tensor *x, int dim, em_tensor **values, em_tensor **indices) {
+    return cum_extreme("em_cummax", x, dim, EM_CUM_MAX, values, indices);
+}
+
+/** Running minimum along dim with its indices (EM_I64), as torch.cummin. */
+em_status em_cummin(const em_tensor *x, int dim, em_tensor **values, em_tensor **indices) {
+    return cum_extreme("em_cummin", x, dim, EM_CUM_MIN, values, indices);
 }

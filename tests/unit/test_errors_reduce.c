@@ -1,5 +1,6 @@
 /*
  * test_errors_reduce.c — bad inputs to the reductions (whole and along a dim), cumsum,
+ * cumprod, cummax, cummin,
  * softmax / log_softmax, and matmul.
  */
 #include "errcheck.h"
@@ -34,6 +35,15 @@ static em_status w_var_dim(const em_tensor *x, int dim, em_tensor **out) {
 }
 static em_status w_cumsum(const em_tensor *x, int dim, em_tensor **out) {
     return em_cumsum(x, dim, out);
+}
+static em_status w_cumprod(const em_tensor *x, int dim, em_tensor **out) {
+    return em_cumprod(x, dim, out);
+}
+static em_status w_cummax(const em_tensor *x, int dim, em_tensor **out) {
+    return em_cummax(x, dim, out, NULL);
+}
+static em_status w_cummin_idx(const em_tensor *x, int dim, em_tensor **out) {
+    return em_cummin(x, dim, NULL, out);
 }
 static em_status w_softmax(const em_tensor *x, int dim, em_tensor **out) {
     return em_softmax(x, dim, out);
@@ -70,6 +80,9 @@ static const red_case RED[] = {
     {"em_logsumexp", w_logsumexp, FLT_REJ, false, false},
     {"em_logsumexp_dim", w_logsumexp_dim, FLT_REJ, true, false},
     {"em_cumsum", w_cumsum, NUM_REJ, true, false},
+    {"em_cumprod", w_cumprod, NUM_REJ, true, false},
+    {"em_cummax", w_cummax, K_QUANT, true, false},
+    {"em_cummin", w_cummin_idx, K_QUANT, true, false},
     {"em_softmax", w_softmax, FLT_REJ, true, false},
     {"em_log_softmax", w_log_softmax, FLT_REJ, true, false},
 };
@@ -119,6 +132,20 @@ static void test_reduce_keepdim(void **state) {
     CHECKS_DONE();
 }
 
+/** cummax / cummin: both outputs NULL is EM_ERR_ARG; either alone is fine. */
+static void test_cum_extreme_outputs(void **state) {
+    (void)state;
+    em_tensor *x = mk2(EM_F32, 2, 3), *v = NULL, *i = NULL;
+    EXPECT_ERR_MSG(EM_ERR_ARG, "em_cummax", "NULL", em_cummax(x, 1, NULL, NULL));
+    EXPECT_ERR_MSG(EM_ERR_ARG, "em_cummin", "NULL", em_cummin(x, 1, NULL, NULL));
+    CHECK(em_cummax(x, 1, &v, NULL) == EM_OK && v && em_tensor_dtype(v) == EM_F32, "values");
+    CHECK(em_cummin(x, -1, NULL, &i) == EM_OK && i && em_tensor_dtype(i) == EM_I64, "indices");
+    em_tensor_release(v);
+    em_tensor_release(i);
+    em_tensor_release(x);
+    CHECKS_DONE();
+}
+
 /** matmul: NULLs, kinds, mixed dtypes, shapes that do not fit, two devices. */
 static void test_matmul_bad_inputs(void **state) {
     (void)state;
@@ -159,6 +186,7 @@ int main(void) {
         cmocka_unit_test(test_reduce_bad_inputs),
         cmocka_unit_test(test_reduce_keepdim),
         cmocka_unit_test(test_matmul_bad_inputs),
+        cmocka_unit_test(test_cum_extreme_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
