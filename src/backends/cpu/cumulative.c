@@ -1,0 +1,383 @@
+/* cumulative.c — the cpu backend's cumprod, cummax and cummin (the cumulative slot) for f32,
+ * f64, f16 and bf16 inputs of any layout (strided, transposed, broadcast, flipped, offset
+ * views; any output strides).
+ *
+ * The dims other than the scanned one are kept (size-1 dims dropped, neighbours merged where
+ * the input's, the values' and the indices' strides allow). Then one of:
+ *   - columns: the kept dim of smallest input stride is the column dim; a block of up to
+ *     CUM_BLOCK of its elements is scanned at once, row by row along the dim: each row's
+ *     block is loaded (and converted) into a small work row, the running products (in
+ *     double, as ref) or extremes (in the dtype's work type: exact) are updated across the
+ *     block — plain loops the compiler vectorizes at every level — and stored. Blocks are
+ *     split over the thread pool;
+ *   - lines: fewer than CUM_MIN_COLS columns (a single line, or a few long ones): each line
+ *     is scanned in chunks of CUM_CHUNK elements, one line a task.
+ * cummax / cummin follow PyTorch (and ref): an element replaces the running value when it is
+ * >= (<=) it or NaN, so ties take the last index and a NaN stays until the next one. Integer
+ * and bool inputs go to ref's kernel (fallback row CPU_FB_CUMULATIVE). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "half.h"
+
+#define CUM_BLOCK 256     /* columns scanned at once */
+#define CUM_MIN_COLS 8    /* fewer columns: scan line by line */
+#define CUM_CHUNK 512     /* elements of a line per step (lines mode) */
+#define CUM_GRAIN (1 << 15) /* elements per task, about */
+
+/* ---- the kept dims, merged over three views ---- */
+
+typedef struct cum_dims {
+    int n;
+    int64_t size[EM_MAX_RANK], is[EM_MAX_RANK], os[EM_MAX_RANK], ks[EM_MAX_RANK];
+} cum_dims;
+
+static void cd_build(cum_dims *k, const em_view *in, const em_view *out, const em_view *idx,
+                     int skip) {
+    k->n = 0;
+    for (int d = 0; d < in->rank; d++) {
+        if (d == skip || in->shape[d] == 1) continue;
+        int64_t sz = in->shape[d], is = in->strides[d], os = out->strides[d],
+                ks = idx ? idx->strides[d] : 0;
+        int m = k->n - 1;
+        if (m >= 0 && k->is[m] == sz * is && k->os[m] == sz * os && k->ks[m] == sz * ks) {
+            k->size[m] *= sz;
+            k->is[m] = is;
+            k->os[m] = os;
+            k->ks[m] = ks;
+            continue;
+        }
+        k->size[k->n] = sz;
+        k->is[k->n] = is;
+        k->os[k->n] = os;
+        k->ks[k->n] = ks;
+        k->n++;
+    }
+}
+
+/** The kept dim of smallest input stride in magnitude (stride 0 last), -1 when none. */
+static int cd_column(const cum_dims *k) {
+    int best = -1;
+    int64_t bs = 0;
+    for (int d = 0; d < k->n; d++) {
+        int64_t s = k->is[d] < 0 ? -k->is[d] : k->is[d];
+        if (s == 0) s = INT64_MAX;
+        if (best < 0 || s <= bs) {
+            best = d;
+            bs = s;
+        }
+    }
+    return best;
+}
+
+static int64_t cd_numel(const cum_dims *k) {
+    int64_t m = 1;
+    for (int d = 0; d < k->n; d++) m *= k->size[d];
+    return m;
+}
+
+/** The offsets of kept position i (row-major over k) in the three views. */
+static void cd_seek(const cum_dims *k, int64_t i, int64_t *io, int64_t *oo, int64_t *ko) {
+    *io = *oo = *ko = 0;
+    for (int d = k->n - 1; d >= 0; d--) {
+        int64_t p = i % k->size[d];
+        i /= k->size[d];
+        *io += p * k->is[d];
+        *oo += p * k->os[d];
+        *ko += p * k->ks[d];
+    }
+}
+
+/* ---- loads and stores of n elements at stride st, converted ---- */
+
+static void load_f(float *restrict w, const void *x, em_dtype dt, int64_t off, int64_t n,
+                   int64_t st) {
+    if (dt == EM_F32) {
+        const float *p = (const float *)x + off;
+        if (st == 1)
+            for (int64_t i = 0; i < n; i++) w[i] = p[i];
+        else
+            for (int64_t i = 0; i < n; i++) w[i] = p[i * st];
+        return;
+    }
+    const uint16_t *p = (const uint16_t *)x + off;
+    if (st == 1) {
+        cpu_half_to_f32_n(dt, w, p, n);
+        return;
+    }
+    uint16_t h[CUM_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += CUM_CHUNK) {
+        int64_t c = n - i0 < CUM_CHUNK ? n - i0 : CUM_CHUNK;
+        for (int64_t i = 0; i < c; i++) h[i] = p[(i0 + i) * st];
+        cpu_half_to_f32_n(dt, w + i0, h, c);
+    }
+}
+
+static void store_f(void *o, em_dtype dt, int64_t off, int64_t n, int64_t st,
+                    const float *restrict w) {
+    if (dt == EM_F32) {
+        float *p = (float *)o + off;
+        if (st == 1)
+            for (int64_t i = 0; i < n; i++) p[i] = w[i];
+        else
+            for (int64_t i = 0; i < n; i++) p[i * st] = w[i];
+        return;
+    }
+    uint16_t *p = (uint16_t *)o + off;
+    if (st == 1) {
+        cpu_f32_to_half_n(dt, p, w, n);
+        return;
+    }
+    uint16_t h[CUM_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += CUM_CHUNK) {
+        int64_t c = n - i0 < CUM_CHUNK ? n - i0 : CUM_CHUNK;
+        cpu_f32_to_half_n(dt, h, w + i0, c);
+        for (int64_t i = 0; i < c; i++) p[(i0 + i) * st] = h[i];
+    }
+}
+
+static void load_d(double *restrict w, const void *x, em_dtype dt, int64_t off, int64_t n,
+                   int64_t st) {
+    if (dt == EM_F64) {
+        const double *p = (const double *)x + off;
+        if (st == 1)
+            for (int64_t i = 0; i < n; i++) w[i] = p[i];
+        else
+            for (int64_t i = 0; i < n; i++) w[i] = p[i * st];
+        return;
+    }
+    float f[CUM_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += CUM_CHUNK) {
+        int64_t c = n - i0 < CUM_CHUNK ? n - i0 : CUM_CHUNK;
+        load_f(f, x, dt, off + i0 * st, c, st);
+        for (int64_t i = 0; i < c; i++) w[i0 + i] = (double)f[i];
+    }
+}
+
+static void store_d(void *o, em_dtype dt, int64_t off, int64_t n, int64_t st,
+                    const double *restrict w) {
+    if (dt == EM_F64) {
+        double *p = (double *)o + off;
+        if (st == 1)
+            for (int64_t i = 0; i < n; i++) p[i] = w[i];
+        else
+            for (int64_t i = 0; i < n; i++) p[i * st] = w[i];
+        return;
+    }
+    float f[CUM_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += CUM_CHUNK) {
+        int64_t c = n - i0 < CUM_CHUNK ? n - i0 : CUM_CHUNK;
+        for (int64_t i = 0; i < c; i++) f[i] = (float)w[i0 + i];
+        store_f(o, dt, off + i0 * st, c, st, f);
+    }
+}
+
+static void store_i(int64_t *o, int64_t n, int64_t st, const int64_t *restrict w) {
+    if (st == 1)
+        for (int64_t i = 0; i < n; i++) o[i] = w[i];
+    else
+        for (int64_t i = 0; i < n; i++) o[i * st] = w[i];
+}
+
+/* ---- one row of a block: the running values updated across b columns ---- */
+
+static void prod_row(double *restrict acc, const double *restrict w, int64_t b) {
+    for (int64_t j = 0; j < b; j++) acc[j] *= w[j];
+}
+
+/* take: v >= m (max) or v <= m (min), or v is NaN; branch-free selects */
+#define CUM_EXT_ROW(S, T, CMP)                                                                    \
+    static void ext_row_##S(T *restrict acc, int64_t *restrict ai, const T *restrict w,         \
+                            int64_t b, int64_t r) {                                              \
+        for (int64_t j = 0; j < b; j++) {                                                        \
+            const T v = w[j];                                                                    \
+            const int t = (v CMP acc[j]) | (v != v);                                             \
+            acc[j] = t ? v : acc[j];                                                             \
+            ai[j] = t ? r : ai[j];                                                               \
+        }                                                                                        \
+    }
+CUM_EXT_ROW(max_f, float, >=)
+CUM_EXT_ROW(min_f, float, <=)
+CUM_EXT_ROW(max_d, double, >=)
+CUM_EXT_ROW(min_d, double, <=)
+#undef CUM_EXT_ROW
+
+/* ---- the job ---- */
+
+typedef struct cum_job {
+    em_cum_op op;
+    em_dtype dt;
+    const char *x;
+    char *o;
+    int64_t *ix;                    /* indices (max/min), else NULL */
+    int64_t len, is, os, ks;        /* the scanned dim */
+    cum_dims k;                     /* kept dims (the column dim taken out in columns mode) */
+    int64_t cn, cis, cos, cks, bw, nblk;
+} cum_job;
+
+/** Scans b columns from offsets io / oo / ko (column strides cis / cos / cks) over the
+ *  job's len rows. */
+static void scan_block(const cum_job *j, int64_t io, int64_t oo, int64_t ko, int64_t b,
+                       int64_t cis, int64_t cos, int64_t cks) {
+    const bool f64 = j->dt == EM_F64;
+    if (j->op == EM_CUM_PROD) {
+        double acc[CUM_BLOCK], w[CUM_BLOCK];
+        for (int64_t c = 0; c < b; c++) acc[c] = 1.0;
+        for (int64_t r = 0; r < j->len; r++) {
+            load_d(w, j->x, j->dt, io + r * j->is, b, cis);
+            prod_row(acc, w, b);
+            store_d(j->o, j->dt, oo + r * j->os, b, cos, acc);
+        }
+        return;
+    }
+    const bool mx = j->op == EM_CUM_MAX;
+    int64_t ai[CUM_BLOCK];
+    for (int64_t c = 0; c < b; c++) ai[c] = 0;
+    if (f64) {
+        double acc[CUM_BLOCK], w[CUM_BLOCK];
+        for (int64_t c = 0; c < b; c++) acc[c] = mx ? -INFINITY : INFINITY;
+        for (int64_t r = 0; r < j->len; r++) {
+            load_d(w, j->x, j->dt, io + r * j->is, b, cis);
+            if (mx) ext_row_max_d(acc, ai, w, b, r);
+            else ext_row_min_d(acc, ai, w, b, r);
+            store_d(j->o, j->dt, oo + r * j->os, b, cos, acc);
+            store_i(j->ix + ko + r * j->ks, b, cks, ai);
+        }
+    } else {
+        float acc[CUM_BLOCK], w[CUM_BLOCK];
+        for (int64_t c = 0; c < b; c++) acc[c] = mx ? -INFINITY : INFINITY;
+        for (int64_t r = 0; r < j->len; r++) {
+            load_f(w, j->x, j->dt, io + r * j->is, b, cis);
+            if (mx) ext_row_max_f(acc, ai, w, b, r);
+            else ext_row_min_f(acc, ai, w, b, r);
+            store_f(j->o, j->dt, oo + r * j->os, b, cos, acc);
+            store_i(j->ix + ko + r * j->ks, b, cks, ai);
+        }
+    }
+}
+
+/* a sequential scan of one line's chunk w[0, c) (rows r0...), running state in *m / *mi */
+#define CUM_EXT_LINE(S, T, CMP)                                                                   \
+    static void ext_line_##S(T *restrict w, int64_t *restrict ai, int64_t c, int64_t r0, T *m, \
+                             int64_t *mi) {                                                      \
+        T a = *m;                                                                                \
+        int64_t k = *mi;                                                                         \
+        for (int64_t i = 0; i < c; i++) {                                                        \
+            const T v = w[i];                                                                    \
+            if ((v CMP a) | (v != v)) {                                                          \
+                a = v;                                                                           \
+                k = r0 + i;                                                                      \
+            }                                                                                    \
+            w[i] = a;                                                                            \
+            ai[i] = k;                                                                           \
+        }                                                                                        \
+        *m = a;                                                                                  \
+        *mi = k;                                                                                 \
+    }
+CUM_EXT_LINE(max_f, float, >=)
+CUM_EXT_LINE(min_f, float, <=)
+CUM_EXT_LINE(max_d, double, >=)
+CUM_EXT_LINE(min_d, double, <=)
+#undef CUM_EXT_LINE
+
+/** Scans one line from offsets io / oo / ko, CUM_CHUNK elements at a time. */
+static void scan_line(const cum_job *j, int64_t io, int64_t oo, int64_t ko) {
+    const bool mx = j->op == EM_CUM_MAX;
+    int64_t ai[CUM_CHUNK], mi = 0;
+    if (j->op == EM_CUM_PROD || j->dt == EM_F64) {
+        double w[CUM_CHUNK], m = mx ? -INFINITY : INFINITY, p = 1.0;
+        for (int64_t r0 = 0; r0 < j->len; r0 += CUM_CHUNK) {
+            const int64_t c = j->len - r0 < CUM_CHUNK ? j->len - r0 : CUM_CHUNK;
+            load_d(w, j->x, j->dt, io + r0 * j->is, c, j->is);
+            if (j->op == EM_CUM_PROD) {
+                for (int64_t i = 0; i < c; i++) w[i] = p *= w[i];
+            } else if (mx) {
+                ext_line_max_d(w, ai, c, r0, &m, &mi);
+            } else {
+                ext_line_min_d(w, ai, c, r0, &m, &mi);
+            }
+            store_d(j->o, j->dt, oo + r0 * j->os, c, j->os, w);
+            if (j->ix) store_i(j->ix + ko + r0 * j->ks, c, j->ks, ai);
+        }
+        return;
+    }
+    float w[CUM_CHUNK], m = mx ? -INFINITY : INFINITY;
+    for (int64_t r0 = 0; r0 < j->len; r0 += CUM_CHUNK) {
+        const int64_t c = j->len - r0 < CUM_CHUNK ? j->len - r0 : CUM_CHUNK;
+        load_f(w, j->x, j->dt, io + r0 * j->is, c, j->is);
+        if (mx) ext_line_max_f(w, ai, c, r0, &m, &mi);
+        else ext_line_min_f(w, ai, c, r0, &m, &mi);
+        store_f(j->o, j->dt, oo + r0 * j->os, c, j->os, w);
+        store_i(j->ix + ko + r0 * j->ks, c, j->ks, ai);
+    }
+}
+
+static void cum_cols(int64_t lo, int64_t hi, void *arg) {
+    const cum_job *j = arg;
+    for (int64_t t = lo; t < hi; t++) {
+        const int64_t o = t / j->nblk, c0 = (t % j->nblk) * j->bw;
+        const int64_t b = j->cn - c0 < j->bw ? j->cn - c0 : j->bw;
+        int64_t io, oo, ko;
+        cd_seek(&j->k, o, &io, &oo, &ko);
+        scan_block(j, io + c0 * j->cis, oo + c0 * j->cos, ko + c0 * j->cks, b, j->cis, j->cos,
+                   j->cks);
+    }
+}
+
+static void cum_lines(int64_t lo, int64_t hi, void *arg) {
+    const cum_job *j = arg;
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t io, oo, ko;
+        cd_seek(&j->k, t, &io, &oo, &ko);
+        scan_line(j, io, oo, ko);
+    }
+}
+
+static bool cum_float(em_dtype dt) {
+    return dt == EM_F32 || dt == EM_F64 || dt == EM_F16 || dt == EM_BF16;
+}
+
+em_status CPU_K(cpu_cumulative)(void *ctx, em_cum_op op, const em_view *values,
+                                const em_view *indices, const em_view *in, int dim) {
+    const em_dtype dt = in->dtype;
+    const bool ext = op == EM_CUM_MAX || op == EM_CUM_MIN;
+    if (!cum_float(dt) || values->dtype != dt || values->rank != in->rank || in->rank < 1 ||
+        dim < 0 || dim >= in->rank || (ext && (!indices || indices->dtype != EM_I64 ||
+                                               indices->rank != in->rank)) ||
+        (int)op < 0 || op >= EM_CUM_COUNT)
+        return CPU_FALLBACK(CPU_FB_CUMULATIVE, values->dtype, cumulative, ctx, op, values,
+                            indices, in, dim);
+    cum_job j = {.op = op, .dt = dt, .x = cpu_ptr(in), .o = cpu_ptr(values),
+                 .ix = ext ? (int64_t *)cpu_ptr(indices) : NULL};
+    j.len = in->shape[dim];
+    j.is = in->strides[dim];
+    j.os = values->strides[dim];
+    j.ks = ext ? indices->strides[dim] : 0;
+    cd_build(&j.k, in, values, ext ? indices : NULL, dim);
+    const int64_t m = cd_numel(&j.k);
+    if (m == 0 || j.len == 0) return EM_OK;
+    int c = cd_column(&j.k);
+    if (c >= 0 && j.k.size[c] >= CUM_MIN_COLS) {
+        j.cn = j.k.size[c];
+        j.cis = j.k.is[c];
+        j.cos = j.k.os[c];
+        j.cks = j.k.ks[c];
+        for (int d = c; d + 1 < j.k.n; d++) {
+            j.k.size[d] = j.k.size[d + 1];
+            j.k.is[d] = j.k.is[d + 1];
+            j.k.os[d] = j.k.os[d + 1];
+            j.k.ks[d] = j.k.ks[d + 1];
+        }
+        j.k.n--;
+        j.bw = j.cn < CUM_BLOCK ? j.cn : CUM_BLOCK;
+        j.nblk = (j.cn + j.bw - 1) / j.bw;
+        const int64_t grain = CUM_GRAIN / (j.len * j.bw);
+        cpu_parallel_for(cd_numel(&j.k) * j.nblk, grain < 1 ? 1 : grain, cum_cols, &j);
+    } else {
+        const int64_t grain = CUM_GRAIN / j.len;
+        cpu_parallel_for(m, grain < 1 ? 1 : grain, cum_lines, &j);
+    }
+    return EM_OK;
+}
