@@ -3,6 +3,7 @@
 round.
 
 Usage: /usr/bin/python3 bench/cum_vs_torch.py BUILD_DIR [--threads 1,2] [--rounds R]
+           [--clock wall|cpu]
 
 BUILD_DIR holds libember.so (a build with the cpu backend). For each thread count a child
 process loads both libraries (ctypes for ember) with EMBER_NUM_THREADS and torch's threads
@@ -10,7 +11,9 @@ process loads both libraries (ctypes for ember) with EMBER_NUM_THREADS and torch
 figure is a median. Cases: cumprod and cummax (values and indices) of [1024, 1024] f32 over
 dim 1 (contiguous lines) and dim 0 (columns), and of a [1024, 1024] transposed view over
 dim 1; cummin over dim 0 of [64, 128, 128]. The ref backend's time for the same call is
-printed beside them (ref / ember). Ratios above 1 mean ember is faster.
+printed beside them (ref / ember). Ratios above 1 mean ember is faster. --clock cpu times the
+process's CPU time instead of the wall clock (for one thread on a busy machine; with two it
+sums both threads' work).
 """
 import argparse
 import ctypes
@@ -31,8 +34,11 @@ def load_ember(build):
         ("em_transpose", [P, ctypes.c_int, ctypes.c_int, PP])))
 
 
-def child(build, threads, rounds):
+def child(build, threads, rounds, clock):
     os.environ["EMBER_NUM_THREADS"] = str(threads)
+    if clock == "cpu":
+        import time
+        ember_ctypes.CLOCK = time.process_time
     import torch
     ember_ctypes.torch_threads(torch, threads)
     em = ember_ctypes.Ember(load_ember(build))
@@ -84,15 +90,17 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--child", type=int, default=0)
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall")
     args = ap.parse_args()
     if args.child:
-        child(args.build, args.child, args.rounds)
+        child(args.build, args.child, args.rounds, args.clock)
         return 0
-    print("ember cpu cumprod / cummax / cummin vs PyTorch, OPENBLAS_CORETYPE=%s, ratio = torch "
-          "time / ember time" % os.environ.get("OPENBLAS_CORETYPE", "(unset)"))
+    print("ember cpu cumprod / cummax / cummin vs PyTorch, OPENBLAS_CORETYPE=%s, %s clock, ratio "
+          "= torch time / ember time" % (os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
+                                          args.clock))
     for t in args.threads.split(","):
         subprocess.run([sys.executable, os.path.abspath(__file__), args.build, "--child", t,
-                        "--rounds", str(args.rounds)], check=True)
+                        "--rounds", str(args.rounds), "--clock", args.clock], check=True)
     return 0
 
 

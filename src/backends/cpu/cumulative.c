@@ -5,11 +5,14 @@
  * The dims other than the scanned one are kept (size-1 dims dropped, neighbours merged where
  * the input's, the values' and the indices' strides allow). Then one of:
  *   - columns: the kept dim of smallest input stride is the column dim; a block of up to
- *     CUM_BLOCK of its elements is scanned at once, row by row along the dim: each row's
- *     block is loaded (and converted) into a small work row, the running products (in
- *     double, as ref) or extremes (in the dtype's work type: exact) are updated across the
- *     block — plain loops the compiler vectorizes at every level — and stored. Blocks are
- *     split over the thread pool;
+ *     CUM_BLOCK of its elements (CUM_NARROW when the dim is the denser in the input) is scanned
+ *     at once through tiles of CUM_TILE elements: a tile is
+ *     loaded (and converted) along whichever of the dim and the column is denser in the
+ *     input, the running products (in double, as ref) or extremes (in the dtype's work type:
+ *     exact) are updated row by row across the block — plain loops the compiler vectorizes
+ *     at every level — and the tile is stored along whichever is denser in the output (so a
+ *     contiguous dim, a transposed input or output cost no pass at a large stride). Blocks
+ *     are split over the thread pool;
  *   - lines: fewer than CUM_MIN_COLS columns (a single line, or a few long ones): each line
  *     is scanned in chunks of CUM_CHUNK elements, one line a task.
  * cummax / cummin follow PyTorch (and ref): an element replaces the running value when it is
@@ -22,7 +25,9 @@
 #include "cpu.h"
 #include "half.h"
 
-#define CUM_BLOCK 256     /* columns scanned at once */
+#define CUM_BLOCK 64      /* columns scanned at once (the dim not the densest in the input) */
+#define CUM_NARROW 16     /* columns scanned at once when the dim is the densest */
+#define CUM_TILE 2048     /* elements of a tile: CUM_TILE / (its columns) rows */
 #define CUM_MIN_COLS 8    /* fewer columns: scan line by line */
 #define CUM_CHUNK 512     /* elements of a line per step (lines mode) */
 #define CUM_GRAIN (1 << 15) /* elements per task, about */
@@ -181,29 +186,6 @@ static void store_i(int64_t *o, int64_t n, int64_t st, const int64_t *restrict w
         for (int64_t i = 0; i < n; i++) o[i * st] = w[i];
 }
 
-/* ---- one row of a block: the running values updated across b columns ---- */
-
-static void prod_row(double *restrict acc, const double *restrict w, int64_t b) {
-    for (int64_t j = 0; j < b; j++) acc[j] *= w[j];
-}
-
-/* take: v >= m (max) or v <= m (min), or v is NaN; branch-free selects */
-#define CUM_EXT_ROW(S, T, CMP)                                                                    \
-    static void ext_row_##S(T *restrict acc, int64_t *restrict ai, const T *restrict w,         \
-                            int64_t b, int64_t r) {                                              \
-        for (int64_t j = 0; j < b; j++) {                                                        \
-            const T v = w[j];                                                                    \
-            const int t = (v CMP acc[j]) | (v != v);                                             \
-            acc[j] = t ? v : acc[j];                                                             \
-            ai[j] = t ? r : ai[j];                                                               \
-        }                                                                                        \
-    }
-CUM_EXT_ROW(max_f, float, >=)
-CUM_EXT_ROW(min_f, float, <=)
-CUM_EXT_ROW(max_d, double, >=)
-CUM_EXT_ROW(min_d, double, <=)
-#undef CUM_EXT_ROW
-
 /* ---- the job ---- */
 
 typedef struct cum_job {
@@ -215,46 +197,190 @@ typedef struct cum_job {
     int64_t len, is, os, ks;        /* the scanned dim */
     cum_dims k;                     /* kept dims (the column dim taken out in columns mode) */
     int64_t cn, cis, cos, cks, bw, nblk;
+    int64_t th; /* rows of a tile: CUM_TILE / the widest block (<= CUM_TILE / CUM_NARROW) */
+    bool lines; /* the lines layout of a tile (scan_block_lines) */
 } cum_job;
 
-/** Scans b columns from offsets io / oo / ko (column strides cis / cos / cks) over the
- *  job's len rows. */
-static void scan_block(const cum_job *j, int64_t io, int64_t oo, int64_t ko, int64_t b,
-                       int64_t cis, int64_t cos, int64_t cks) {
-    const bool f64 = j->dt == EM_F64;
-    if (j->op == EM_CUM_PROD) {
-        double acc[CUM_BLOCK], w[CUM_BLOCK];
-        for (int64_t c = 0; c < b; c++) acc[c] = 1.0;
-        for (int64_t r = 0; r < j->len; r++) {
-            load_d(w, j->x, j->dt, io + r * j->is, b, cis);
-            prod_row(acc, w, b);
-            store_d(j->o, j->dt, oo + r * j->os, b, cos, acc);
+/* ---- a block: b columns scanned through tiles of j->th rows ----
+ * A tile [h][b] is loaded (converted to the work type) along whichever of the dim and the
+ * column is denser in the input, updated row by row across the b columns (plain loops the
+ * compiler vectorizes), and stored along whichever is denser in the output (the indices
+ * likewise): a transposed layout on either side makes no pass over memory at a large
+ * stride. */
+
+static inline int64_t cum_abs(int64_t v) { return v < 0 ? -v : v; }
+
+/** tile t [h][b] of indices to ix at offset ko (row stride ks, column stride cks) */
+static void tile_store_i(int64_t *ix, int64_t ko, int64_t ks, int64_t cks, const int64_t *t,
+                         int64_t h, int64_t b) {
+    if (cum_abs(ks) < cum_abs(cks)) {
+        for (int64_t c = 0; c < b; c++)
+            for (int64_t i = 0; i < h; i++) ix[ko + i * ks + c * cks] = t[i * b + c];
+    } else {
+        for (int64_t i = 0; i < h; i++) store_i(ix + ko + i * ks, b, cks, t + i * b);
+    }
+}
+
+/* tile_load_S: t [h][b] from the input at io (row stride j->is, column stride cis);
+ * tile_store_S: t to the values at oo (row stride j->os, column stride cos) */
+#define CUM_TILE_IO(S, T, LOAD, STORE)                                                          \
+    static void tile_load_##S(T *restrict t, const cum_job *j, int64_t io, int64_t h,          \
+                              int64_t b, int64_t cis) {                                        \
+        if (cum_abs(j->is) < cum_abs(cis)) {                                                   \
+            T run[CUM_TILE / CUM_NARROW];                                                      \
+            for (int64_t c = 0; c < b; c++) {                                                  \
+                LOAD(run, j->x, j->dt, io + c * cis, h, j->is);                                \
+                for (int64_t i = 0; i < h; i++) t[i * b + c] = run[i];                         \
+            }                                                                                  \
+        } else {                                                                               \
+            for (int64_t i = 0; i < h; i++)                                                    \
+                LOAD(t + i * b, j->x, j->dt, io + i * j->is, b, cis);                          \
+        }                                                                                      \
+    }                                                                                          \
+    static void tile_store_##S(const cum_job *j, int64_t oo, int64_t h, int64_t b,             \
+                               int64_t cos, const T *restrict t) {                             \
+        if (cum_abs(j->os) < cum_abs(cos)) {                                                   \
+            T run[CUM_TILE / CUM_NARROW];                                                      \
+            for (int64_t c = 0; c < b; c++) {                                                  \
+                for (int64_t i = 0; i < h; i++) run[i] = t[i * b + c];                         \
+                STORE(j->o, j->dt, oo + c * cos, h, j->os, run);                               \
+            }                                                                                  \
+        } else {                                                                               \
+            for (int64_t i = 0; i < h; i++)                                                    \
+                STORE(j->o, j->dt, oo + i * j->os, b, cos, t + i * b);                         \
+        }                                                                                      \
+    }
+CUM_TILE_IO(f, float, load_f, store_f)
+CUM_TILE_IO(d, double, load_d, store_d)
+#undef CUM_TILE_IO
+
+/* the running products down the tile's rows (in double, as ref) */
+static void prod_tile(double *restrict t, double *restrict acc, int64_t h, int64_t b) {
+    for (int64_t i = 0; i < h; i++)
+        for (int64_t c = 0; c < b; c++) t[i * b + c] = acc[c] *= t[i * b + c];
+}
+
+/* the running extremes: take when v >= m (max) or v <= m (min), or v is NaN; branch-free */
+#define CUM_EXT_TILE(S, T, CMP)                                                                 \
+    static void ext_tile_##S(T *restrict t, int64_t *restrict it, T *restrict acc,             \
+                             int64_t *restrict ai, int64_t h, int64_t b, int64_t r0) {          \
+        for (int64_t i = 0; i < h; i++)                                                         \
+            for (int64_t c = 0; c < b; c++) {                                                   \
+                const T v = t[i * b + c];                                                       \
+                const int tk = (v CMP acc[c]) | (v != v);                                       \
+                acc[c] = tk ? v : acc[c];                                                       \
+                ai[c] = tk ? r0 + i : ai[c];                                                    \
+                t[i * b + c] = acc[c];                                                          \
+                it[i * b + c] = ai[c];                                                          \
+            }                                                                                   \
+    }
+CUM_EXT_TILE(max_f, float, >=)
+CUM_EXT_TILE(min_f, float, <=)
+CUM_EXT_TILE(max_d, double, >=)
+CUM_EXT_TILE(min_d, double, <=)
+#undef CUM_EXT_TILE
+
+/* lines layout: the tile is t [b][h] (b lines of h elements), loaded and stored a line at a
+ * time with no transposition, the b independent running values updated together (b chains
+ * the CPU overlaps; not vectorized). For a dim that is the densest in the input and in the
+ * values, as a contiguous tensor's last dim. */
+static void prod_lines(double *restrict t, double *restrict acc, int64_t h, int64_t b,
+                       int64_t th) {
+    for (int64_t i = 0; i < h; i++)
+        for (int64_t c = 0; c < b; c++) t[c * th + i] = acc[c] *= t[c * th + i];
+}
+
+#define CUM_EXT_LINES(S, T, CMP)                                                                \
+    static void ext_lines_##S(T *restrict t, int64_t *restrict it, T *restrict acc,            \
+                              int64_t *restrict ai, int64_t h, int64_t b, int64_t th,           \
+                              int64_t r0) {                                                     \
+        for (int64_t i = 0; i < h; i++)                                                         \
+            for (int64_t c = 0; c < b; c++) {                                                   \
+                const T v = t[c * th + i];                                                      \
+                const int tk = (v CMP acc[c]) | (v != v);                                       \
+                acc[c] = tk ? v : acc[c];                                                       \
+                ai[c] = tk ? r0 + i : ai[c];                                                    \
+                t[c * th + i] = acc[c];                                                         \
+                it[c * th + i] = ai[c];                                                         \
+            }                                                                                   \
+    }
+CUM_EXT_LINES(max_f, float, >=)
+CUM_EXT_LINES(min_f, float, <=)
+CUM_EXT_LINES(max_d, double, >=)
+CUM_EXT_LINES(min_d, double, <=)
+#undef CUM_EXT_LINES
+
+/** scan_block in the lines layout (j->lines). */
+static void scan_block_lines(const cum_job *j, int64_t io, int64_t oo, int64_t ko, int64_t b,
+                             int64_t cis, int64_t cos, int64_t cks) {
+    const bool mx = j->op == EM_CUM_MAX;
+    const int64_t th = j->th;
+    int64_t ai[CUM_BLOCK], it[CUM_TILE];
+    for (int64_t c = 0; c < b; c++) ai[c] = 0;
+    if (j->op == EM_CUM_PROD || j->dt == EM_F64) {
+        double acc[CUM_BLOCK], t[CUM_TILE];
+        for (int64_t c = 0; c < b; c++)
+            acc[c] = j->op == EM_CUM_PROD ? 1.0 : mx ? -INFINITY : INFINITY;
+        for (int64_t r0 = 0; r0 < j->len; r0 += th) {
+            const int64_t h = j->len - r0 < th ? j->len - r0 : th;
+            for (int64_t c = 0; c < b; c++)
+                load_d(t + c * th, j->x, j->dt, io + r0 * j->is + c * cis, h, j->is);
+            if (j->op == EM_CUM_PROD) prod_lines(t, acc, h, b, th);
+            else if (mx) ext_lines_max_d(t, it, acc, ai, h, b, th, r0);
+            else ext_lines_min_d(t, it, acc, ai, h, b, th, r0);
+            for (int64_t c = 0; c < b; c++) {
+                store_d(j->o, j->dt, oo + r0 * j->os + c * cos, h, j->os, t + c * th);
+                if (j->ix) store_i(j->ix + ko + r0 * j->ks + c * cks, h, j->ks, it + c * th);
+            }
         }
         return;
     }
+    float acc[CUM_BLOCK], t[CUM_TILE];
+    for (int64_t c = 0; c < b; c++) acc[c] = mx ? -INFINITY : INFINITY;
+    for (int64_t r0 = 0; r0 < j->len; r0 += th) {
+        const int64_t h = j->len - r0 < th ? j->len - r0 : th;
+        for (int64_t c = 0; c < b; c++)
+            load_f(t + c * th, j->x, j->dt, io + r0 * j->is + c * cis, h, j->is);
+        if (mx) ext_lines_max_f(t, it, acc, ai, h, b, th, r0);
+        else ext_lines_min_f(t, it, acc, ai, h, b, th, r0);
+        for (int64_t c = 0; c < b; c++) {
+            store_f(j->o, j->dt, oo + r0 * j->os + c * cos, h, j->os, t + c * th);
+            store_i(j->ix + ko + r0 * j->ks + c * cks, h, j->ks, it + c * th);
+        }
+    }
+}
+
+/** Scans b columns (b <= j->bw <= CUM_BLOCK) from offsets io / oo / ko (column strides cis /
+ *  cos / cks) over the job's len rows, a tile of j->th rows at a time. */
+static void scan_block(const cum_job *j, int64_t io, int64_t oo, int64_t ko, int64_t b,
+                       int64_t cis, int64_t cos, int64_t cks) {
     const bool mx = j->op == EM_CUM_MAX;
-    int64_t ai[CUM_BLOCK];
+    int64_t ai[CUM_BLOCK], it[CUM_TILE];
     for (int64_t c = 0; c < b; c++) ai[c] = 0;
-    if (f64) {
-        double acc[CUM_BLOCK], w[CUM_BLOCK];
-        for (int64_t c = 0; c < b; c++) acc[c] = mx ? -INFINITY : INFINITY;
-        for (int64_t r = 0; r < j->len; r++) {
-            load_d(w, j->x, j->dt, io + r * j->is, b, cis);
-            if (mx) ext_row_max_d(acc, ai, w, b, r);
-            else ext_row_min_d(acc, ai, w, b, r);
-            store_d(j->o, j->dt, oo + r * j->os, b, cos, acc);
-            store_i(j->ix + ko + r * j->ks, b, cks, ai);
+    if (j->op == EM_CUM_PROD || j->dt == EM_F64) {
+        double acc[CUM_BLOCK], t[CUM_TILE];
+        for (int64_t c = 0; c < b; c++)
+            acc[c] = j->op == EM_CUM_PROD ? 1.0 : mx ? -INFINITY : INFINITY;
+        for (int64_t r0 = 0; r0 < j->len; r0 += j->th) {
+            const int64_t h = j->len - r0 < j->th ? j->len - r0 : j->th;
+            tile_load_d(t, j, io + r0 * j->is, h, b, cis);
+            if (j->op == EM_CUM_PROD) prod_tile(t, acc, h, b);
+            else if (mx) ext_tile_max_d(t, it, acc, ai, h, b, r0);
+            else ext_tile_min_d(t, it, acc, ai, h, b, r0);
+            tile_store_d(j, oo + r0 * j->os, h, b, cos, t);
+            if (j->ix) tile_store_i(j->ix, ko + r0 * j->ks, j->ks, cks, it, h, b);
         }
-    } else {
-        float acc[CUM_BLOCK], w[CUM_BLOCK];
-        for (int64_t c = 0; c < b; c++) acc[c] = mx ? -INFINITY : INFINITY;
-        for (int64_t r = 0; r < j->len; r++) {
-            load_f(w, j->x, j->dt, io + r * j->is, b, cis);
-            if (mx) ext_row_max_f(acc, ai, w, b, r);
-            else ext_row_min_f(acc, ai, w, b, r);
-            store_f(j->o, j->dt, oo + r * j->os, b, cos, acc);
-            store_i(j->ix + ko + r * j->ks, b, cks, ai);
-        }
+        return;
+    }
+    float acc[CUM_BLOCK], t[CUM_TILE];
+    for (int64_t c = 0; c < b; c++) acc[c] = mx ? -INFINITY : INFINITY;
+    for (int64_t r0 = 0; r0 < j->len; r0 += j->th) {
+        const int64_t h = j->len - r0 < j->th ? j->len - r0 : j->th;
+        tile_load_f(t, j, io + r0 * j->is, h, b, cis);
+        if (mx) ext_tile_max_f(t, it, acc, ai, h, b, r0);
+        else ext_tile_min_f(t, it, acc, ai, h, b, r0);
+        tile_store_f(j, oo + r0 * j->os, h, b, cos, t);
+        tile_store_i(j->ix, ko + r0 * j->ks, j->ks, cks, it, h, b);
     }
 }
 
@@ -321,8 +447,8 @@ static void cum_cols(int64_t lo, int64_t hi, void *arg) {
         const int64_t b = j->cn - c0 < j->bw ? j->cn - c0 : j->bw;
         int64_t io, oo, ko;
         cd_seek(&j->k, o, &io, &oo, &ko);
-        scan_block(j, io + c0 * j->cis, oo + c0 * j->cos, ko + c0 * j->cks, b, j->cis, j->cos,
-                   j->cks);
+        (j->lines ? scan_block_lines : scan_block)(j, io + c0 * j->cis, oo + c0 * j->cos,
+                                                   ko + c0 * j->cks, b, j->cis, j->cos, j->cks);
     }
 }
 
@@ -371,7 +497,13 @@ em_status CPU_K(cpu_cumulative)(void *ctx, em_cum_op op, const em_view *values,
             j.k.ks[d] = j.k.ks[d + 1];
         }
         j.k.n--;
-        j.bw = j.cn < CUM_BLOCK ? j.cn : CUM_BLOCK;
+        /* the dim denser than the column in the input: narrow blocks of taller tiles, so that
+         * each tile loads longer runs along the dim */
+        const int64_t bmax = cum_abs(j.is) < cum_abs(j.cis) ? CUM_NARROW : CUM_BLOCK;
+        j.bw = j.cn < bmax ? j.cn : bmax;
+        j.th = CUM_TILE / bmax;
+        j.lines = cum_abs(j.is) < cum_abs(j.cis) && cum_abs(j.os) < cum_abs(j.cos) &&
+                  (!ext || cum_abs(j.ks) < cum_abs(j.cks));
         j.nblk = (j.cn + j.bw - 1) / j.bw;
         const int64_t grain = CUM_GRAIN / (j.len * j.bw);
         cpu_parallel_for(cd_numel(&j.k) * j.nblk, grain < 1 ? 1 : grain, cum_cols, &j);
