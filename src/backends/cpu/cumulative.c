@@ -199,6 +199,7 @@ typedef struct cum_job {
     int64_t cn, cis, cos, cks, bw, nblk;
     int64_t th; /* rows of a tile: CUM_TILE / the widest block (<= CUM_TILE / CUM_NARROW) */
     bool lines; /* the lines layout of a tile (scan_block_lines) */
+    bool direct; /* f32 / f64 with unit strides along the dim: scan_block_direct */
 } cum_job;
 
 /* ---- a block: b columns scanned through tiles of j->th rows ----
@@ -309,6 +310,57 @@ CUM_EXT_LINES(min_f, float, <=)
 CUM_EXT_LINES(max_d, double, >=)
 CUM_EXT_LINES(min_d, double, <=)
 #undef CUM_EXT_LINES
+
+/* direct lines: f32 / f64 lines of unit stride in the input, the values and the indices,
+ * scanned in place four at a time (four independent chains), no tile */
+#define CUM_DIRECT(S, T)                                                                        \
+    static void direct_prod_##S(const cum_job *j, int64_t io, int64_t oo, int nl) {            \
+        const T *x = (const T *)j->x + io;                                                      \
+        T *o = (T *)j->o + oo;                                                                  \
+        double p[4] = {1.0, 1.0, 1.0, 1.0};                                                     \
+        for (int64_t i = 0; i < j->len; i++)                                                    \
+            for (int q = 0; q < nl; q++) {                                                      \
+                p[q] *= (double)x[q * j->cis + i];                                              \
+                o[q * j->cos + i] = (T)p[q];                                                    \
+            }                                                                                   \
+    }                                                                                           \
+    static void direct_ext_##S(const cum_job *j, int64_t io, int64_t oo, int64_t ko, int nl) {  \
+        const T *x = (const T *)j->x + io;                                                      \
+        T *o = (T *)j->o + oo;                                                                  \
+        int64_t *k = j->ix + ko;                                                                \
+        const bool mx = j->op == EM_CUM_MAX;                                                    \
+        T m[4];                                                                                 \
+        int64_t mi[4] = {0, 0, 0, 0};                                                           \
+        for (int q = 0; q < 4; q++) m[q] = mx ? -INFINITY : INFINITY;                           \
+        for (int64_t i = 0; i < j->len; i++)                                                    \
+            for (int q = 0; q < nl; q++) {                                                      \
+                const T v = x[q * j->cis + i];                                                  \
+                const int tk = (mx ? v >= m[q] : v <= m[q]) | (v != v);                         \
+                m[q] = tk ? v : m[q];                                                           \
+                mi[q] = tk ? i : mi[q];                                                         \
+                o[q * j->cos + i] = m[q];                                                       \
+                k[q * j->cks + i] = mi[q];                                                      \
+            }                                                                                   \
+    }
+CUM_DIRECT(f, float)
+CUM_DIRECT(d, double)
+#undef CUM_DIRECT
+
+static void scan_block_direct(const cum_job *j, int64_t io, int64_t oo, int64_t ko, int64_t b,
+                              int64_t cis, int64_t cos, int64_t cks) {
+    for (int64_t c = 0; c < b; c += 4) {
+        const int nl = b - c < 4 ? (int)(b - c) : 4;
+        const int64_t i0 = io + c * cis, o0 = oo + c * cos, k0 = ko + c * cks;
+        if (j->op == EM_CUM_PROD) {
+            if (j->dt == EM_F32) direct_prod_f(j, i0, o0, nl);
+            else direct_prod_d(j, i0, o0, nl);
+        } else if (j->dt == EM_F32) {
+            direct_ext_f(j, i0, o0, k0, nl);
+        } else {
+            direct_ext_d(j, i0, o0, k0, nl);
+        }
+    }
+}
 
 /** scan_block in the lines layout (j->lines). */
 static void scan_block_lines(const cum_job *j, int64_t io, int64_t oo, int64_t ko, int64_t b,
@@ -447,8 +499,10 @@ static void cum_cols(int64_t lo, int64_t hi, void *arg) {
         const int64_t b = j->cn - c0 < j->bw ? j->cn - c0 : j->bw;
         int64_t io, oo, ko;
         cd_seek(&j->k, o, &io, &oo, &ko);
-        (j->lines ? scan_block_lines : scan_block)(j, io + c0 * j->cis, oo + c0 * j->cos,
-                                                   ko + c0 * j->cks, b, j->cis, j->cos, j->cks);
+        (j->direct  ? scan_block_direct
+         : j->lines ? scan_block_lines
+                    : scan_block)(j, io + c0 * j->cis, oo + c0 * j->cos, ko + c0 * j->cks, b,
+                                  j->cis, j->cos, j->cks);
     }
 }
 
@@ -504,6 +558,7 @@ em_status CPU_K(cpu_cumulative)(void *ctx, em_cum_op op, const em_view *values,
         j.th = CUM_TILE / bmax;
         j.lines = cum_abs(j.is) < cum_abs(j.cis) && cum_abs(j.os) < cum_abs(j.cos) &&
                   (!ext || cum_abs(j.ks) < cum_abs(j.cks));
+        j.direct = (dt == EM_F32 || dt == EM_F64) && j.is == 1 && j.os == 1 && (!ext || j.ks == 1);
         j.nblk = (j.cn + j.bw - 1) / j.bw;
         const int64_t grain = CUM_GRAIN / (j.len * j.bw);
         cpu_parallel_for(cd_numel(&j.k) * j.nblk, grain < 1 ? 1 : grain, cum_cols, &j);
