@@ -340,7 +340,8 @@ typedef struct em_backend_ops {
      *  as PyTorch's cummax / cummin: walking the line, element j replaces the running value
      *  when it is >= (cummin: <=) it or is NaN, so ties take the last index and a NaN stays
      *  (with its index) until the next NaN. A host-memory backend that leaves it NULL gets
-     *  ref's kernel; for any other, NULL makes the op EM_ERR_UNSUPPORTED. */
+     *  ref's kernel; for any other, the core composes the ops from slices, mul, comparisons,
+     *  where and cat (a parallel scan of log2(n) steps). */
     em_status (*cumulative)(void *ctx, em_cum_op op, const em_view *values,
                             const em_view *indices, const em_view *in, int dim);
 } em_backend_ops;

@@ -497,7 +497,7 @@ em_status em_cumsum(const em_tensor *x, int dim, em_tensor **out);
  *  (multiplied in double), integer inputs give EM_I64 (wrapping), bool is EM_ERR_DTYPE. A 0-d
  *  x takes dim 0 or -1. The gradient is exact where x has zeros too (PyTorch's rule). *out is
  *  a new reference. Errors: NULL handles EM_ERR_ARG, dim out of range EM_ERR_ARG, quantized or
- *  bool x EM_ERR_DTYPE, a backend without the op EM_ERR_UNSUPPORTED. */
+ *  bool x EM_ERR_DTYPE. (A backend without the cumulative slot gets it composed.) */
 em_status em_cumprod(const em_tensor *x, int dim, em_tensor **out);
 /** Running maximum along dim and where it came from, as torch.cummax: *values (x's dtype) and
  *  *indices (EM_I64), both x's shape and new references; either may be NULL, not both. An

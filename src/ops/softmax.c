@@ -104,13 +104,123 @@ em_status em_log_softmax(const em_tensor *x, int dim, em_tensor **out) {
     return along(fn, x, dim, x->dtype, 1, out);
 }
 
+/* new[j] = combine(old[j - k], old[j]) for j >= k along d, old[j] for j < k: one step of the
+ * scan (Hillis-Steele) that cum_composed runs. *v (and *ix for max / min) are replaced. */
+static em_status cum_step(em_cum_op op, int d, int64_t n, int64_t k, em_tensor **v,
+                          em_tensor **ix) {
+    em_tensor *head = NULL, *a = NULL, *b = NULL, *c = NULL, *ge = NULL, *nan = NULL,
+              *keep = NULL, *ih = NULL, *ia = NULL, *ib = NULL, *ic = NULL, *nv = NULL,
+              *ni = NULL;
+    em_status s = em_slice(*v, d, 0, k, 1, &head);
+    if (s == EM_OK) s = em_slice(*v, d, 0, n - k, 1, &a);
+    if (s == EM_OK) s = em_slice(*v, d, k, n, 1, &b);
+    if (s == EM_OK && op == EM_CUM_PROD) s = em_mul(b, a, &c);
+    if (s == EM_OK && op != EM_CUM_PROD) {
+        /* the later element b wins when b >= a (<= for min) or b is NaN */
+        s = op == EM_CUM_MAX ? em_ge(b, a, &ge) : em_le(b, a, &ge);
+        if (s == EM_OK) s = em_isnan(b, &nan);
+        if (s == EM_OK) s = em_logical_or(ge, nan, &keep);
+        if (s == EM_OK) s = em_where(keep, b, a, &c);
+        if (s == EM_OK) s = em_slice(*ix, d, 0, k, 1, &ih);
+        if (s == EM_OK) s = em_slice(*ix, d, 0, n - k, 1, &ia);
+        if (s == EM_OK) s = em_slice(*ix, d, k, n, 1, &ib);
+        if (s == EM_OK) s = em_where(keep, ib, ia, &ic);
+        const em_tensor *parts[2] = {ih, ic};
+        if (s == EM_OK) s = em_cat(parts, 2, d, &ni);
+    }
+    const em_tensor *parts[2] = {head, c};
+    if (s == EM_OK) s = em_cat(parts, 2, d, &nv);
+    if (s == EM_OK) {
+        em_tensor_release(*v);
+        *v = nv;
+        nv = NULL;
+        if (ni) {
+            em_tensor_release(*ix);
+            *ix = ni;
+            ni = NULL;
+        }
+    }
+    em_tensor *all[] = {head, a, b, c, ge, nan, keep, ih, ia, ib, ic, nv, ni};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) em_tensor_release(all[i]);
+    return s;
+}
+
+/** cumprod / cummax / cummin composed from other ops, for a backend without the cumulative
+ *  slot: log2(n) steps of a parallel scan along d over x's untracked alias (products in x's
+ *  dtype, or i64 for ints; bool compared as u8). The same values and indices as the kernel
+ *  (the combine is associative, NaN rule included); products may round differently. */
+static em_status cum_composed(const em_tensor *x, int d, em_cum_op op, em_dtype vdt,
+                              em_tensor **values, em_tensor **indices) {
+    em_tensor *xa = NULL, *v = NULL, *ix = NULL, *ar = NULL, *arv = NULL;
+    em_status s = EM_OK;
+    const em_tensor *xs = x;
+    if (x->dev.autodiff) {
+        s = em_tensor_detach(x, &xa);
+        xs = xa;
+    }
+    const bool is_bool = x->dtype == EM_BOOL;
+    int rank = xs ? xs->v.rank : 0;
+    int64_t one[1] = {1};
+    if (s == EM_OK && rank == 0) s = em_reshape(xs, one, 1, &v); /* 0-d: one element */
+    else if (s == EM_OK) s = em_contiguous(xs, &v);
+    if (s == EM_OK && (is_bool || v->dtype != vdt)) {
+        em_tensor *c = NULL;
+        s = em_cast(v, is_bool ? EM_U8 : vdt, &c);
+        em_tensor_release(v);
+        v = c;
+    }
+    int64_t n = s == EM_OK ? v->v.shape[d] : 0;
+    if (s == EM_OK && op != EM_CUM_PROD) {
+        int64_t shp[EM_MAX_RANK];
+        for (int i = 0; i < v->v.rank; i++) shp[i] = i == d ? n : 1;
+        s = em_arange(0, (double)n, 1, EM_I64, v->dev, &ar);
+        if (s == EM_OK) s = em_reshape(ar, shp, v->v.rank, &arv);
+        if (s == EM_OK) {
+            em_tensor *e = NULL;
+            s = em_expand(arv, v->v.shape, v->v.rank, &e);
+            if (s == EM_OK) s = em_contiguous(e, &ix);
+            em_tensor_release(e);
+        }
+    }
+    for (int64_t k = 1; s == EM_OK && k < n; k *= 2) s = cum_step(op, d, n, k, &v, &ix);
+    if (s == EM_OK && (is_bool || rank == 0)) {
+        em_tensor *c = NULL;
+        if (is_bool) s = em_cast(v, EM_BOOL, &c);
+        else s = em_reshape(v, one, 0, &c);
+        if (s == EM_OK) {
+            em_tensor_release(v);
+            v = c;
+        }
+        if (s == EM_OK && ix && rank == 0) {
+            s = em_reshape(ix, one, 0, &c);
+            if (s == EM_OK) {
+                em_tensor_release(ix);
+                ix = c;
+            }
+        }
+    }
+    em_tensor_release(xa);
+    em_tensor_release(ar);
+    em_tensor_release(arv);
+    if (s != EM_OK) {
+        em_tensor_release(v);
+        em_tensor_release(ix);
+        return s;
+    }
+    *values = v;
+    if (indices) *indices = ix;
+    else em_tensor_release(ix);
+    return EM_OK;
+}
+
 /** cumprod / cummax / cummin after the caller's checks of x: the outputs wanted (values of
- *  dtype vdt, indices EM_I64 for max/min) through the cumulative slot. *values and *indices
- *  may be NULL (not asked for); the indices are computed for max/min whatever is asked. */
+ *  dtype vdt, indices EM_I64 for max/min) through the cumulative slot, or composed
+ *  (cum_composed) when the backend leaves it NULL. *values and *indices may be NULL (not
+ *  asked for); the indices are computed for max/min whatever is asked. */
 static em_status cumulative(const char *fn, const em_tensor *x, int d, em_cum_op op,
                             em_dtype vdt, em_tensor **values, em_tensor **indices) {
     const em_backend_ops *ops = x->st->ops;
-    EMI_TRY(emi_need(fn, ops, ops->cumulative != NULL, "cumulative"));
+    if (!ops->cumulative) return cum_composed(x, d, op, vdt, values, indices);
     em_tensor *vals = NULL, *idx = NULL, *xt = NULL;
     em_status s = emi_empty(fn, x->dev, vdt, x->v.shape, x->v.rank, &vals);
     if (s == EM_OK && op != EM_CUM_PROD)
