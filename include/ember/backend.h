@@ -93,6 +93,14 @@ typedef enum em_reduce_op {
     EM_RED_COUNT
 } em_reduce_op;
 
+/** The cumulative ops along a dim besides cumsum (the cumulative slot). */
+typedef enum em_cum_op {
+    EM_CUM_PROD = 0, /* running product */
+    EM_CUM_MAX,      /* running maximum, with the index it came from */
+    EM_CUM_MIN,      /* running minimum, likewise */
+    EM_CUM_COUNT
+} em_cum_op;
+
 typedef enum em_random_op {
     EM_RAND_UNIFORM = 0, /* params: lo, hi */
     EM_RAND_NORMAL,      /* params: mean, std */
@@ -323,6 +331,19 @@ typedef struct em_backend_ops {
     em_status (*rms_norm)(void *ctx, const em_view *out, const em_view *save_invrms,
                           const em_view *x, const em_view *weight, int64_t norm_numel,
                           double eps);
+    /* ---- cumulative ops (appended after ABI 3) ---- */
+    /** cumprod, cummax or cummin of `in` along dim (in has rank >= 1; a 0-d input comes as a
+     *  one-element 1-d view). values and indices are fresh contiguous views of in's shape.
+     *  EM_CUM_PROD: values[j] = in[0] * ... * in[j] (floats: in's dtype, multiplied in
+     *  double as ref does; integer inputs: EM_I64 values, wrapping int64 products); indices
+     *  is NULL. EM_CUM_MAX / EM_CUM_MIN: values (in's dtype) and indices (EM_I64, never NULL)
+     *  as PyTorch's cummax / cummin: walking the line, element j replaces the running value
+     *  when it is >= (cummin: <=) it or is NaN, so ties take the last index and a NaN stays
+     *  (with its index) until the next NaN. A host-memory backend that leaves it NULL gets
+     *  ref's kernel; for any other, the core composes the ops from slices, mul, comparisons,
+     *  where and cat (a parallel scan of log2(n) steps). */
+    em_status (*cumulative)(void *ctx, em_cum_op op, const em_view *values,
+                            const em_view *indices, const em_view *in, int dim);
 } em_backend_ops;
 
 /** Registers an out-of-tree backend (or replaces nothing: an id already taken is

@@ -394,10 +394,11 @@ em_status em_tensor_assign_(em_tensor *dst, em_tensor *src);
  *               floats is true division; mean var logsumexp softmax log_softmax, the neural ops.
  *   numeric (float or int): add sub mul div remainder maximum minimum neg abs relu sign clamp
  *               floor ceil round (identity on ints), sum prod max min argmax argmin cumsum,
- *               matmul, comparisons (bool also for eq/ne). sum, prod and cumsum of an int
- *               tensor give EM_I64, like PyTorch.
+ *               cumprod, matmul, comparisons (bool also for eq/ne). sum, prod, cumsum and
+ *               cumprod of an int tensor give EM_I64, like PyTorch.
  *   bool: logical_and logical_or logical_not; the condition of where and masked_fill.
- *   any (not quantized): isnan isinf isfinite, logical_xor, nan_to_num (a copy for ints).
+ *   any (not quantized): isnan isinf isfinite, logical_xor, nan_to_num (a copy for ints),
+ *               cummax cummin.
  * Integer division floors (like Python's //) and remainder takes the divisor's sign (like
  * Python's %); an integer division or remainder by zero gives 0.
  * ====================================================================================== */
@@ -564,6 +565,21 @@ em_status em_mean_dims(const em_tensor *x, const int *dims, int n, bool keepdim,
                        em_tensor **out);
 /** Running sum along dim (same shape). */
 em_status em_cumsum(const em_tensor *x, int dim, em_tensor **out);
+/** Running product along dim, as torch.cumprod: same shape; float inputs keep their dtype
+ *  (multiplied in double), integer inputs give EM_I64 (wrapping), bool is EM_ERR_DTYPE. A 0-d
+ *  x takes dim 0 or -1. The gradient is exact where x has zeros too (PyTorch's rule). *out is
+ *  a new reference. Errors: NULL handles EM_ERR_ARG, dim out of range EM_ERR_ARG, quantized or
+ *  bool x EM_ERR_DTYPE. (A backend without the cumulative slot gets it composed.) */
+em_status em_cumprod(const em_tensor *x, int dim, em_tensor **out);
+/** Running maximum along dim and where it came from, as torch.cummax: *values (x's dtype) and
+ *  *indices (EM_I64), both x's shape and new references; either may be NULL, not both. An
+ *  element replaces the running maximum when it is >= it or NaN, so ties take the last
+ *  index and NaN propagates (the index is the latest NaN's). Any dtype but quantized (bool
+ *  too). The gradient of the values goes to the elements at indices. Errors: as em_cumprod
+ *  (bool allowed), both outputs NULL EM_ERR_ARG. */
+em_status em_cummax(const em_tensor *x, int dim, em_tensor **values, em_tensor **indices);
+/** Running minimum along dim, as torch.cummin (<= instead of >=); otherwise as em_cummax. */
+em_status em_cummin(const em_tensor *x, int dim, em_tensor **values, em_tensor **indices);
 em_status em_softmax(const em_tensor *x, int dim, em_tensor **out);
 em_status em_log_softmax(const em_tensor *x, int dim, em_tensor **out);
 

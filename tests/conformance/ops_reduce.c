@@ -102,6 +102,37 @@ static em_status w_cumsum(em_tensor *const *in, int nin, const conf_params *p,
     return em_cumsum(in[0], (int)conf_int(p, "dim", 0), &out[0]);
 }
 
+static em_status w_cumprod(em_tensor *const *in, int nin, const conf_params *p,
+                           em_tensor **out, int *nout) {
+    (void)nin;
+    *nout = 1;
+    return em_cumprod(in[0], (int)conf_int(p, "dim", 0), &out[0]);
+}
+
+/* cummax / cummin: want 0 both outputs, 1 values only, 2 indices only */
+static em_status w_cum_ext(em_tensor *const *in, const conf_params *p, em_tensor **out,
+                           int *nout, bool is_max) {
+    int64_t want = conf_int(p, "want", 0);
+    em_tensor **v = want == 0 || want == 1 ? &out[0] : NULL;
+    em_tensor **i = want == 0 ? &out[1] : want == 2 ? &out[0] : NULL;
+    int dim = (int)conf_int(p, "dim", 0);
+    em_status s = is_max ? em_cummax(in[0], dim, v, i) : em_cummin(in[0], dim, v, i);
+    *nout = s != EM_OK ? 0 : want == 0 ? 2 : 1;
+    return s;
+}
+
+static em_status w_cummax(em_tensor *const *in, int nin, const conf_params *p,
+                          em_tensor **out, int *nout) {
+    (void)nin;
+    return w_cum_ext(in, p, out, nout, true);
+}
+
+static em_status w_cummin(em_tensor *const *in, int nin, const conf_params *p,
+                          em_tensor **out, int *nout) {
+    (void)nin;
+    return w_cum_ext(in, p, out, nout, false);
+}
+
 static em_status w_softmax(em_tensor *const *in, int nin, const conf_params *p,
                            em_tensor **out, int *nout) {
     (void)nin;
@@ -140,6 +171,9 @@ const conf_op conf_ops_reduce[] = {
     {"sum_dims", w_sum_dims},
     {"mean_dims", w_mean_dims},
     {"cumsum", w_cumsum},
+    {"cumprod", w_cumprod},
+    {"cummax", w_cummax},
+    {"cummin", w_cummin},
     {"softmax", w_softmax},
     {"log_softmax", w_log_softmax},
     {"matmul", w_matmul},

@@ -238,6 +238,15 @@ static em_status f_var(em_tensor *const *in, const int *a, em_tensor **out) {
 static em_status f_cumsum(em_tensor *const *in, const int *a, em_tensor **out) {
     return em_cumsum(in[0], a[0], out);
 }
+static em_status f_cumprod(em_tensor *const *in, const int *a, em_tensor **out) {
+    return em_cumprod(in[0], a[0], out);
+}
+static em_status f_cummax(em_tensor *const *in, const int *a, em_tensor **out) {
+    return em_cummax(in[0], a[0], out, NULL);
+}
+static em_status f_cummin(em_tensor *const *in, const int *a, em_tensor **out) {
+    return em_cummin(in[0], a[0], out, NULL);
+}
 static em_status f_softmax(em_tensor *const *in, const int *a, em_tensor **out) {
     return em_softmax(in[0], a[0], out);
 }
@@ -328,17 +337,22 @@ static void test_var(void **state) {
     }
 }
 
-/* cumsum, softmax and log_softmax along each dim (negative ones too) and on a 0-d input. */
+/* cumsum, cumprod (with and without zeros), cummax, cummin, softmax and log_softmax along each
+ * dim (negative ones too) and on a 0-d input. */
 static void test_along_dim(void **state) {
     (void)state;
     static const int dims[] = {0, 1, 2, -1, -2, -3};
     static const red_op ops[] = {{"cumsum", f_cumsum, D_UNIFORM},
                                  {"softmax", f_softmax, D_UNIFORM},
-                                 {"log_softmax", f_log_softmax, D_UNIFORM}};
-    for (size_t o = 0; o < 3; o++) {
+                                 {"log_softmax", f_log_softmax, D_UNIFORM},
+                                 {"cumprod", f_cumprod, D_PROD},
+                                 {"cumprod (zeros)", f_cumprod, D_PROD_ZEROS},
+                                 {"cummax", f_cummax, D_DISTINCT},
+                                 {"cummin", f_cummin, D_DISTINCT}};
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
         for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
             gcase c = {ops[o].name, ops[o].fn, {dims[d], 0, 0, 0}, 1, {3, 0}, {{3, 4, 5}, {0}},
-                       D_UNIFORM};
+                       ops[o].kind};
             gradcheck(&c);
         }
         gcase z = {ops[o].name, ops[o].fn, {-1, 0, 0, 0}, 1, {0, 0}, {{0}, {0}}, D_UNIFORM};
@@ -457,6 +471,31 @@ static void test_prod_zeros(void **state) {
     double x[6] = {2, 0, 3, 0, 0, 5};
     expect_grad("prod_dim zeros", f_prod, d1, x, s23, 2, (double[]){0, 6, 0, 0, 0, 0});
     expect_grad("prod_dim zeros dim 0", f_prod, d0, x, s23, 2, (double[]){0, 0, 5, 2, 0, 3});
+}
+
+/* cumprod's gradient where x has zeros (one, two, leading), as PyTorch's cumprod_backward;
+ * cummax / cummin's goes to the indices: ties to the last, NaN to the latest NaN. */
+static void test_cum_exact(void **state) {
+    (void)state;
+    int64_t s3[1] = {3}, s4[1] = {4}, s5[1] = {5}, s23[2] = {2, 3};
+    int d0[4] = {0, 0, 0, 0};
+    expect_grad("cumprod", f_cumprod, d0, (double[]){2, 4, 3}, s3, 1, (double[]){17, 8, 8});
+    expect_grad("cumprod two zeros", f_cumprod, d0, (double[]){2, 0, 3, 0, 4}, s5, 1,
+                (double[]){1, 8, 0, 0, 0});
+    expect_grad("cumprod leading zeros", f_cumprod, d0, (double[]){0, 0, 3}, s3, 1,
+                (double[]){1, 0, 0});
+    expect_grad("cumprod leading zero", f_cumprod, d0, (double[]){0, 2, 3}, s3, 1,
+                (double[]){9, 0, 0});
+    expect_grad("cumprod dim 0 zeros", f_cumprod, d0, (double[]){2, 0, 3, 0, 0, 5}, s23, 2,
+                (double[]){1, 1, 6, 2, 0, 3});
+    expect_grad("cummax ties", f_cummax, d0, (double[]){1, 3, 3, 2}, s4, 1,
+                (double[]){1, 1, 2, 0});
+    expect_grad("cummin ties", f_cummin, d0, (double[]){1, 3, 3, 2}, s4, 1,
+                (double[]){4, 0, 0, 0});
+    expect_grad("cummax NaN", f_cummax, d0, (double[]){1, NAN, 2, NAN}, s4, 1,
+                (double[]){1, 2, 0, 1});
+    expect_grad("cummin NaN", f_cummin, d0, (double[]){1, NAN, 2, NAN}, s4, 1,
+                (double[]){1, 2, 0, 1});
 }
 
 /* argmax/argmin: int results, not tracked, on the autodiff device. */
@@ -701,6 +740,7 @@ int main(void) {
         cmocka_unit_test_setup(test_broadcast_grad_in, reset_mode),
         cmocka_unit_test_setup(test_minmax_ties, reset_mode),
         cmocka_unit_test_setup(test_prod_zeros, reset_mode),
+        cmocka_unit_test_setup(test_cum_exact, reset_mode),
         cmocka_unit_test_setup(test_arg_untracked, reset_mode),
         cmocka_unit_test_setup(test_chain_strategies_agree, reset_mode),
         cmocka_unit_test_setup(test_balanced_peak_lower, reset_mode),

@@ -437,6 +437,65 @@ static void test_alias_gather(void **state) {
 }
 
 /* Output dtypes and kinds against the inputs, for every slot that has a relation. */
+/* the cumulative slot (cumprod / cummax / cummin): the indices exactly for max / min, i64, of
+ * in's shape; values of in's dtype (cumprod of ints: i64); a dim in range; an output that
+ * overlaps the input; then a good cummax runs with PyTorch's tie rule */
+static void test_cumulative(void **state) {
+    (void)state;
+    const int64_t four = 4, two[2] = {2, 2};
+    const float xin[4] = {1, 3, 3, 2};
+    x_buf(1, 16, NULL);
+    x_buf(2, 32, NULL);
+    x_buf(3, 16, xin);
+    x_buf(4, 32, NULL);
+    rw_kernel k = x_kernel(RW_K_CUMULATIVE, EM_CUM_MAX, 3);
+    k.views[0] = xv(1, EM_F32, 1, &four, 0);
+    k.views[1] = xv(2, EM_I64, 1, &four, 0);
+    k.views[2] = xv(3, EM_F32, 1, &four, 0);
+    x_expect(&k, EM_OK, NULL);
+    const int64_t *ix = xb.p[1];
+    const float *vals = xb.p[0];
+    assert_true(ix[0] == 0 && ix[1] == 1 && ix[2] == 2 && ix[3] == 2);
+    assert_true(vals[3] == 3.0f);
+    k.mask = 5; /* no indices */
+    x_expect(&k, EM_ERR_ARG, "indices");
+    k.mask = 7;
+    k.sub = EM_CUM_PROD; /* indices given */
+    x_expect(&k, EM_ERR_ARG, "indices");
+    k.mask = 5;
+    x_expect(&k, EM_OK, NULL);
+    k.sub = EM_CUM_COUNT; /* no such op */
+    x_expect(&k, -1, NULL);
+    k.sub = EM_CUM_MIN;
+    k.mask = 7;
+    k.views[1].dtype = EM_I32;
+    x_expect(&k, EM_ERR_DTYPE, NULL);
+    k.views[1] = xv(2, EM_I64, 2, two, 0);
+    x_expect(&k, EM_ERR_SHAPE, NULL);
+    k.views[1] = xv(2, EM_I64, 1, &four, 0);
+    k.views[0].dtype = EM_F64; /* 32 bytes would fit buffer 2, not 1 */
+    x_expect(&k, -1, NULL);
+    k.views[0] = xv(1, EM_F32, 1, &four, 0);
+    k.ints[0] = 1;
+    x_expect(&k, EM_ERR_ARG, "dim");
+    k.ints[0] = -1;
+    x_expect(&k, EM_ERR_ARG, "dim");
+    k.ints[0] = 0;
+    k.views[0] = xv(3, EM_F32, 1, &four, 0); /* values over the input */
+    x_expect(&k, -1, NULL);
+    /* cumprod of i32 writes i64 values; i32 values are refused */
+    k = x_kernel(RW_K_CUMULATIVE, EM_CUM_PROD, 3);
+    k.mask = 5;
+    k.views[0] = xv(4, EM_I32, 1, &four, 0);
+    k.views[2] = xv(3, EM_I32, 1, &four, 0);
+    x_expect(&k, EM_ERR_DTYPE, NULL);
+    k.views[0].dtype = EM_I64;
+    x_expect(&k, EM_OK, NULL);
+    k.views[2].dtype = EM_BOOL;
+    x_expect(&k, EM_ERR_DTYPE, NULL);
+    x_free();
+}
+
 static void test_dtypes(void **state) {
     (void)state;
     const int64_t sq[2] = {2, 2}, four = 4;
@@ -875,6 +934,7 @@ int main(void) {
         cmocka_unit_test(test_alias_scatter_add),
         cmocka_unit_test(test_alias_gather),
         cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_cumulative),
         cmocka_unit_test(test_views),
         cmocka_unit_test(test_fresh_buffers_zeroed),
         cmocka_unit_test(test_total_bytes),

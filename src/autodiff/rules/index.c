@@ -47,6 +47,10 @@ const emi_ad_rule emi_rule_sort = {"sort", false, EMI_NEED_IN(1), gather_forward
                                    gather_backward};
 const emi_ad_rule emi_rule_topk = {"topk", false, EMI_NEED_IN(1), gather_forward,
                                    gather_backward};
+const emi_ad_rule emi_rule_cummax = {"cummax", false, EMI_NEED_IN(1), gather_forward,
+                                     gather_backward};
+const emi_ad_rule emi_rule_cummin = {"cummin", false, EMI_NEED_IN(1), gather_forward,
+                                     gather_backward};
 
 /* ---- scatter_add(x, index, src): inputs (x, index, src), params int dim ---- */
 

@@ -306,6 +306,89 @@ done:
 
 const emi_ad_rule emi_rule_cumsum = {"cumsum", false, 0, cumsum_forward, cumsum_backward};
 
+/* ---- cumprod: params int, the normalized dim; needs x and y = cumprod(x) ---- */
+
+static em_status cumprod_forward(const void *p, em_tensor *const *in, int nin,
+                                 em_tensor **out) {
+    (void)nin;
+    return em_cumprod(in[0], *(const int *)p, out);
+}
+
+/* flip(cumsum(flip(a))) along d: sum_{i >= j} a_i */
+static em_status rev_cumsum(const em_tensor *a, int d, em_tensor **out) {
+    em_tensor *f = NULL, *c = NULL;
+    em_status s;
+    R_TRY(em_flip(a, &d, 1, &f));
+    R_TRY(em_cumsum(f, d, &c));
+    R_TRY(em_flip(c, &d, 1, out));
+done:
+    em_tensor_release(f);
+    em_tensor_release(c);
+    return s;
+}
+
+/* cumprod, as PyTorch's cumprod_backward, exact where x has zeros: gx_j = sum_{i >= j} g_i
+ * prod_{m <= i, m != j} x_m. Along each line, before its first zero (no zero at all: every
+ * j) that is rev_cumsum(g * y)_j / x_j (y_i is 0 from the first zero on); at the first zero
+ * k it is rev_cumsum(g * y')_k with y' the cumprod of x whose first zero is replaced by 1;
+ * after it, every product holds x_k = 0: 0. */
+static em_status cumprod_backward(emi_ad_bw *bw) {
+    if (!bw->need[0]) return EM_OK;
+    if (bw->grad->v.rank == 0) { /* a 0-d cumprod is the identity */
+        em_tensor_retain(bw->grad);
+        bw->gin[0] = bw->grad;
+        return EM_OK;
+    }
+    int d = along_dim(bw);
+    em_tensor *x, *y, *z = NULL, *zi = NULL, *cnt = NULL, *before = NULL, *c1 = NULL,
+                      *first = NULL, *one = NULL, *zero = NULL, *xs = NULL, *gy = NULL,
+                      *rg = NULL, *a = NULL, *x1 = NULL, *y1 = NULL, *gy1 = NULL, *b = NULL,
+                      *bz = NULL;
+    em_status s;
+    R_TRY(emi_bw_input(bw, 0, &x));
+    R_TRY(emi_bw_output(bw, &y));
+    R_TRY(em_eq_scalar(x, 0.0, &z));
+    R_TRY(em_cast(z, EM_I32, &zi));
+    R_TRY(em_cumsum(zi, d, &cnt));
+    R_TRY(em_eq_scalar(cnt, 0.0, &before));
+    R_TRY(em_eq_scalar(cnt, 1.0, &c1));
+    R_TRY(em_logical_and(z, c1, &first));
+    R_TRY(em_full_like(x, 1.0, &one));
+    R_TRY(em_full_like(x, 0.0, &zero));
+    R_TRY(em_where(before, x, one, &xs));
+    R_TRY(em_mul(bw->grad, y, &gy));
+    R_TRY(rev_cumsum(gy, d, &rg));
+    R_TRY(em_div(rg, xs, &a));
+    R_TRY(em_where(first, one, x, &x1));
+    R_TRY(em_cumprod(x1, d, &y1));
+    R_TRY(em_mul(bw->grad, y1, &gy1));
+    R_TRY(rev_cumsum(gy1, d, &b));
+    R_TRY(em_where(first, b, zero, &bz));
+    R_TRY(em_where(before, a, bz, &bw->gin[0]));
+done:
+    em_tensor_release(z);
+    em_tensor_release(zi);
+    em_tensor_release(cnt);
+    em_tensor_release(before);
+    em_tensor_release(c1);
+    em_tensor_release(first);
+    em_tensor_release(one);
+    em_tensor_release(zero);
+    em_tensor_release(xs);
+    em_tensor_release(gy);
+    em_tensor_release(rg);
+    em_tensor_release(a);
+    em_tensor_release(x1);
+    em_tensor_release(y1);
+    em_tensor_release(gy1);
+    em_tensor_release(b);
+    em_tensor_release(bz);
+    return s;
+}
+
+const emi_ad_rule emi_rule_cumprod = {"cumprod", false, EMI_NEED_IN(0) | EMI_NEED_OUT,
+                                      cumprod_forward, cumprod_backward};
+
 static em_status softmax_forward(const void *p, em_tensor *const *in, int nin,
                                  em_tensor **out) {
     (void)nin;

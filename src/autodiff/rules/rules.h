@@ -56,6 +56,12 @@ extern const emi_ad_rule *const emi_rules_reduce[EM_RED_COUNT];
 extern const emi_ad_rule emi_rule_cumsum;
 extern const emi_ad_rule emi_rule_softmax;
 extern const emi_ad_rule emi_rule_log_softmax;
+/* reduce.c: cumprod; params: int, the normalized dim (0 for 0-d); needs x and the output. */
+extern const emi_ad_rule emi_rule_cumprod;
+/* index.c: the values of cummax / cummin, a gather of x by the indices found: inputs
+ * (x, indices), params int dim (as sort's values). */
+extern const emi_ad_rule emi_rule_cummax;
+extern const emi_ad_rule emi_rule_cummin;
 
 /* linalg.c: matmul (numpy.matmul rules, compute-bound); no params. */
 extern const emi_ad_rule emi_rule_matmul;

@@ -107,6 +107,8 @@ em_status cpu_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_vi
                      int dim, const double *params);
 em_status cpu_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log);
 em_status cpu_cumsum(void *ctx, const em_view *out, const em_view *in, int dim);
+em_status cpu_cumulative(void *ctx, em_cum_op op, const em_view *values, const em_view *indices,
+                         const em_view *in, int dim);
 em_status cpu_conv2d(void *ctx, const em_view *out, const em_view *x, const em_view *w,
                      const em_view *bias, const em_conv_args *a);
 em_status cpu_conv2d_weight_grad(void *ctx, const em_view *gw, const em_view *x,
@@ -189,6 +191,8 @@ em_status CPU_K(cpu_reduce)(void *ctx, em_reduce_op op, const em_view *out, cons
 em_status CPU_K(cpu_softmax)(void *ctx, const em_view *out, const em_view *in, int dim,
                              bool log);
 em_status CPU_K(cpu_cumsum)(void *ctx, const em_view *out, const em_view *in, int dim);
+em_status CPU_K(cpu_cumulative)(void *ctx, em_cum_op op, const em_view *values,
+                                const em_view *indices, const em_view *in, int dim);
 em_status CPU_K(cpu_conv2d)(void *ctx, const em_view *out, const em_view *x, const em_view *w,
                             const em_view *bias, const em_conv_args *a);
 em_status CPU_K(cpu_conv2d_weight_grad)(void *ctx, const em_view *gw, const em_view *x,

@@ -73,6 +73,11 @@ static const cpu_fb_case fb_cases[] = {
     [CPU_FB_RMS_NORM] = {"rms_norm", "integer dtypes, views of another dtype or size (the core "
                                      "takes floats of one dtype)",
                          false, true},
+    [CPU_FB_CUMULATIVE] = {"cumulative", "integer and bool inputs (cumprod: ref's wrapping int64 "
+                                         "products; cummax / cummin: ref's exact int64 "
+                                         "compares); f32/f64/f16/bf16 of every layout are "
+                                         "native",
+                           false, true},
     [CPU_FB_ARANGE] = {"arange", "every case (creation: written once, no loop worth a kernel)",
                        true, true},
     [CPU_FB_RANDOM] = {"random", "every case (Philox streams must match ref's bit for bit)",

@@ -47,6 +47,7 @@ typedef enum cpu_fb {
     CPU_FB_BATCH_NORM_BWD,
     CPU_FB_GROUP_NORM,
     CPU_FB_RMS_NORM,
+    CPU_FB_CUMULATIVE, /* cumprod / cummax / cummin (cumulative.c): integer and bool inputs */
     /* slots the cpu backend leaves to ref altogether (index_select and adaptive_avg_pool2d's
        two have kernels of their own now: their rows name what is left) */
     CPU_FB_ARANGE,

@@ -216,6 +216,10 @@ em_status cpu_softmax(void *ctx, const em_view *out, const em_view *in, int dim,
 em_status cpu_cumsum(void *ctx, const em_view *out, const em_view *in, int dim) {
     return K()->cumsum(ctx, out, in, dim);
 }
+em_status cpu_cumulative(void *ctx, em_cum_op op, const em_view *values, const em_view *indices,
+                         const em_view *in, int dim) {
+    return K()->cumulative(ctx, op, values, indices, in, dim);
+}
 em_status cpu_conv2d(void *ctx, const em_view *out, const em_view *x, const em_view *w,
                      const em_view *bias, const em_conv_args *a) {
     return K()->conv2d(ctx, out, x, w, bias, a);

@@ -116,6 +116,9 @@ typedef struct cpu_kernels {
     em_status (*rms_norm)(void *ctx, const em_view *out, const em_view *save_invrms,
                           const em_view *x, const em_view *weight, int64_t norm_numel,
                           double eps);
+    /* cumulative.c */
+    em_status (*cumulative)(void *ctx, em_cum_op op, const em_view *values,
+                            const em_view *indices, const em_view *in, int dim);
 } cpu_kernels;
 
 /** Which GEMM cpu_gemm runs (matmul.c), chosen once from EMBER_CPU_GEMM (auto, openblas,

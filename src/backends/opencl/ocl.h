@@ -130,6 +130,8 @@ em_status ocl_adam_step(void *ctx, const em_view *param, const em_view *exp_avg,
 em_status ocl_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_view *in, int dim,
                      const double *params);
 em_status ocl_cumsum(void *ctx, const em_view *out, const em_view *in, int dim);
+em_status ocl_cumulative(void *ctx, em_cum_op op, const em_view *values, const em_view *indices,
+                         const em_view *in, int dim);
 em_status ocl_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log);
 em_status ocl_matmul(void *ctx, const em_view *out, const em_view *a, const em_view *b);
 em_status ocl_gather(void *ctx, const em_view *out, const em_view *in, int dim,

@@ -300,4 +300,5 @@ const em_backend_ops em_opencl_backend_ops = {
     .batch_norm_backward = ocl_batch_norm_backward,
     .group_norm = ocl_group_norm,
     .rms_norm = ocl_rms_norm,
+    .cumulative = ocl_cumulative,
 };

@@ -81,6 +81,33 @@ em_status ocl_cumsum(void *ctx, const em_view *out, const em_view *in, int dim) 
     return along_dim(d, "cumsum_lines", out, in, dim, -1);
 }
 
+/** cumprod (ints: wrapping int64 into an i64 out), cummax / cummin with i64 indices, along
+ *  dim: one work item a line. */
+em_status ocl_cumulative(void *ctx, em_cum_op op, const em_view *values, const em_view *indices,
+                         const em_view *in, int dim) {
+    ocl_dev *d = ctx;
+    em_status s = ocl_check_dtype(d, "cumulative", in->dtype);
+    if (s != EM_OK) return s;
+    cl_long n = in->shape[dim], stride = in->strides[dim], ostride = values->strides[dim];
+    cl_long lines = n ? ocl_numel(in) / n : 0;
+    if (lines == 0) return EM_OK;
+    const em_view *kv = indices ? indices : values; /* op 0: unused, any valid buffer */
+    ocl_view_arg heads = okern_heads(in, dim), oheads = okern_heads(values, dim),
+                 kheads = okern_heads(kv, dim);
+    cl_long kstride = kv->strides[dim];
+    char opt[32];
+    okern_opts(opt, sizeof opt, in->dtype);
+    size_t L = ocl_group_size(d);
+    size_t global = ocl_round_up((size_t)lines, L);
+    cl_mem im = ocl_mem(in), om = ocl_mem(values), km = ocl_mem(kv);
+    cl_int opi = (cl_int)op;
+    ocl_arg args[] = {OCL_ARG(im),     OCL_ARG(heads),  OCL_ARG(stride),  OCL_ARG(n),
+                      OCL_ARG(om),     OCL_ARG(oheads), OCL_ARG(ostride), OCL_ARG(km),
+                      OCL_ARG(kheads), OCL_ARG(kstride), OCL_ARG(opi),    OCL_ARG(lines)};
+    return ocl_launch(d, "reduce", opt, "cumulative_lines", 1, &global, &L,
+                      (int)(sizeof args / sizeof args[0]), args);
+}
+
 /** Softmax or log-softmax along dim (float dtypes). */
 em_status ocl_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log) {
     ocl_dev *d = ctx;

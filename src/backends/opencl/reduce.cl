@@ -388,3 +388,55 @@ __kernel void cumsum_lines(__global const TYA *in, view_t heads, long stride, lo
     }
 #endif
 }
+
+/**
+ * cumulative_lines: line g (global id; `lines` of them) of in (heads' element g, step stride)
+ * scanned serially by one work item. op 0: running product (floats in acc_t, stored in A;
+ * ints wrapping int64 into an i64 out). op 1 / 2: running max / min with its index (PyTorch's
+ * rule: an element >= (<=) the running value, or NaN, takes over: ties take the last index,
+ * a NaN stays until the next one), values in A, indices i64 at kheads' element g, step
+ * kstride (op 0: idx is unused).
+ */
+__kernel void cumulative_lines(__global const TYA *in, view_t heads, long stride, long n,
+                               __global uchar *out, view_t oheads, long ostride,
+                               __global long *idx, view_t kheads, long kstride, int op,
+                               long lines) {
+    const long g = get_global_id(0);
+    if (g >= lines) return;
+    const long base = vidx(heads, g), obase = vidx(oheads, g);
+    if (op == 0) {
+#if ISF
+        __global TYA *outa = (__global TYA *)out;
+        acc_t p = 1;
+        for (long j = 0; j < n; j++) {
+            p *= (acc_t)LDA(in, base + j * stride);
+            STA(outa, obase + j * ostride, p);
+        }
+#else
+        __global long *outl = (__global long *)out;
+        ulong p = 1;
+        for (long j = 0; j < n; j++) {
+            p *= (ulong)(long)LDA(in, base + j * stride);
+            outl[obase + j * ostride] = (long)p;
+        }
+#endif
+        return;
+    }
+    __global TYA *outa = (__global TYA *)out;
+    const long kbase = vidx(kheads, g);
+    acc_t m = 0;
+    long mi = 0;
+    for (long j = 0; j < n; j++) {
+        acc_t v = (acc_t)LDA(in, base + j * stride);
+        int take = j == 0 || (op == 1 ? v >= m : v <= m);
+#if ISF
+        take = take || isnan(v);
+#endif
+        if (take) {
+            m = v;
+            mi = j;
+        }
+        STA(outa, obase + j * ostride, m);
+        idx[kbase + j * kstride] = mi;
+    }
+}

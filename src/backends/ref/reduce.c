@@ -235,6 +235,58 @@ em_status ref_cumsum(void *ctx, const em_view *out, const em_view *in, int dim) 
     return EM_OK;
 }
 
+/* cumprod (double products for floats, wrapping int64 ones for integers), cummax / cummin
+ * (PyTorch's: an element >= (<=) the running value or NaN replaces it, with its index). */
+em_status ref_cumulative(void *ctx, em_cum_op op, const em_view *values, const em_view *indices,
+                         const em_view *in, int dim) {
+    (void)ctx;
+    em_view oh = lines_view(values, dim), ih = lines_view(in, dim), xh;
+    int64_t n = in->shape[dim], os = values->strides[dim], is = in->strides[dim], ks = 0;
+    int fl = ref_is_float(in->dtype);
+    ref_iter it;
+    if (op == EM_CUM_PROD) {
+        ref_iter_init(&it, 2, &oh, &ih);
+    } else {
+        xh = lines_view(indices, dim);
+        ks = indices->strides[dim];
+        const em_view *vs[3] = {&oh, &ih, &xh};
+        ref_iter_init4(&it, 3, vs);
+    }
+    for (int64_t i = 0; i < it.numel; i++, ref_iter_next(&it)) {
+        double p = 1, m = 0;
+        uint64_t u = 1;
+        int64_t mi = 0, k = 0;
+        for (int64_t j = 0; j < n; j++) {
+            int64_t io = it.off[1] + j * is, oo = it.off[0] + j * os;
+            if (op == EM_CUM_PROD) {
+                if (fl) {
+                    p *= ref_ld(in->buf, in->dtype, io);
+                    ref_st(values->buf, values->dtype, oo, p);
+                } else {
+                    u *= (uint64_t)ref_ldi(in->buf, in->dtype, io);
+                    ref_sti(values->buf, values->dtype, oo, (int64_t)u);
+                }
+                continue;
+            }
+            bool take;
+            if (fl) {
+                double v = ref_ld(in->buf, in->dtype, io);
+                take = j == 0 || v != v || (op == EM_CUM_MAX ? v >= m : v <= m);
+                if (take) m = v;
+                ref_st(values->buf, values->dtype, oo, m);
+            } else {
+                int64_t v = ref_ldi(in->buf, in->dtype, io);
+                take = j == 0 || (op == EM_CUM_MAX ? v >= k : v <= k);
+                if (take) k = v;
+                ref_sti(values->buf, values->dtype, oo, k);
+            }
+            if (take) mi = j;
+            ref_sti(indices->buf, EM_I64, it.off[2] + j * ks, mi);
+        }
+    }
+    return EM_OK;
+}
+
 em_status ref_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log_) {
     (void)ctx;
     em_view oh = lines_view(out, dim), ih = lines_view(in, dim);

@@ -153,4 +153,5 @@ const em_backend_ops em_ref_backend_ops = {
     .batch_norm_backward = ref_batch_norm_backward,
     .group_norm = ref_group_norm,
     .rms_norm = ref_rms_norm,
+    .cumulative = ref_cumulative,
 };

@@ -187,6 +187,8 @@ em_status ref_where(void *ctx, const em_view *out, const em_view *cond, const em
 em_status ref_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_view *in, int dim,
                      const double *params);
 em_status ref_cumsum(void *ctx, const em_view *out, const em_view *in, int dim);
+em_status ref_cumulative(void *ctx, em_cum_op op, const em_view *values, const em_view *indices,
+                         const em_view *in, int dim);
 em_status ref_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log);
 /* linalg.c */
 em_status ref_matmul(void *ctx, const em_view *out, const em_view *a, const em_view *b);

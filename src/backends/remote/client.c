@@ -387,6 +387,7 @@ const em_backend_ops em_remote_backend_ops = {
     .where = rc_where,
     .reduce = rc_reduce,
     .cumsum = rc_cumsum,
+    .cumulative = rc_cumulative,
     .softmax = rc_softmax,
     .matmul = rc_matmul,
     .gather = rc_gather,

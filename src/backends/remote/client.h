@@ -40,6 +40,8 @@ em_status rc_where(void *ctx, const em_view *out, const em_view *cond, const em_
 em_status rc_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_view *in, int dim,
                     const double *params);
 em_status rc_cumsum(void *ctx, const em_view *out, const em_view *in, int dim);
+em_status rc_cumulative(void *ctx, em_cum_op op, const em_view *values, const em_view *indices,
+                        const em_view *in, int dim);
 em_status rc_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log);
 em_status rc_matmul(void *ctx, const em_view *out, const em_view *a, const em_view *b);
 em_status rc_gather(void *ctx, const em_view *out, const em_view *in, int dim,

@@ -78,6 +78,12 @@ em_status rc_cumsum(void *ctx, const em_view *out, const em_view *in, int dim) {
     return rc_kernel(ctx, RW_K_CUMSUM, 0, RC_V(out, in), &i, NULL);
 }
 
+em_status rc_cumulative(void *ctx, em_cum_op op, const em_view *values, const em_view *indices,
+                        const em_view *in, int dim) {
+    int64_t i = dim;
+    return rc_kernel(ctx, RW_K_CUMULATIVE, (int)op, RC_V(values, indices, in), &i, NULL);
+}
+
 em_status rc_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log) {
     int64_t i[2] = {dim, log ? 1 : 0};
     return rc_kernel(ctx, RW_K_SOFTMAX, 0, RC_V(out, in), i, NULL);

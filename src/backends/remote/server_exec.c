@@ -120,6 +120,8 @@ static const rs_rule rs_rules[RW_K_COUNT] = {
                                            false, false},
     [RW_K_LAYER_NORM] = {{O, I, I, I}, {K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT},
                          {D_REF, D_REF, D_REF, D_REF}, 1, 0, false, false, true},
+    [RW_K_CUMULATIVE] = {{O, O, I}, {K_ANY, K_ANY, K_ANY}, {D_REF, D_I64, D_REF}, 2, 2, false,
+                         false, false},
 };
 #undef O
 #undef I
@@ -166,6 +168,12 @@ static rs_rule rs_rule_of(const rw_kernel *k) {
             r.kind[1] = K_FLOAT;
         if (k->sub == EM_RED_ARGMAX || k->sub == EM_RED_ARGMIN) r.dt[0] = D_I64;
         if (k->sub == EM_RED_SUM || k->sub == EM_RED_PROD) r.dt[0] = D_WIDE;
+        break;
+    case RW_K_CUMULATIVE: /* cumprod: numeric in, wide values; cummax / cummin: any */
+        if (k->sub == EM_CUM_PROD) {
+            r.kind[2] = K_NUMERIC;
+            r.dt[0] = D_WIDE;
+        }
         break;
     default: break;
     }
@@ -589,6 +597,13 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
             if (v[0]->shape[d] < 1 || v[1]->shape[d] < 1)
                 return rs_bad(c, EM_ERR_SHAPE, "an empty spatial dim");
         return EM_OK;
+    case RW_K_CUMULATIVE:
+        if ((k->sub == EM_CUM_PROD) != (v[1] == NULL))
+            return rs_bad(c, EM_ERR_ARG, "indices must be given for cummax / cummin only");
+        if (!rs_same_shape(v[0], v[2]) || (v[1] && !rs_same_shape(v[1], v[2])))
+            return rs_bad(c, EM_ERR_SHAPE, "shapes differ");
+        /* the core passes 0-d tensors as 1-d views */
+        return I[0] >= 0 && I[0] < v[2]->rank ? EM_OK : rs_bad(c, EM_ERR_ARG, "bad dim");
     case RW_K_LAYER_NORM: {
         int64_t n = I[0];
         if (v[1]->rank != 2 || !rs_same_shape(v[0], v[1]) || v[1]->shape[1] != n || n < 1)
@@ -646,6 +661,8 @@ static em_status rs_call(const rs_host *h, const rw_kernel *k, em_view *v[RW_MAX
     case RW_K_AVG_POOL2D_BACKWARD: return o->avg_pool2d_backward(x, v[0], v[1], &pa);
     case RW_K_ADAPTIVE_AVG_POOL2D_BACKWARD: return o->adaptive_avg_pool2d_backward(x, v[0], v[1]);
     case RW_K_LAYER_NORM: return o->layer_norm(x, v[0], v[1], v[2], v[3], I[0], D[0]);
+    case RW_K_CUMULATIVE:
+        return o->cumulative(x, (em_cum_op)k->sub, v[0], v[1], v[2], (int)I[0]);
     case RW_K_COUNT: break;
     }
     return em_backend_set_error(EM_ERR_ARG, "unknown slot");
@@ -663,7 +680,7 @@ static bool rs_has(const em_backend_ops *o, rw_slot s) {
         (const void *)o->max_pool2d, (const void *)o->avg_pool2d,
         (const void *)o->adaptive_avg_pool2d, (const void *)o->conv2d_weight_grad,
         (const void *)o->avg_pool2d_backward, (const void *)o->adaptive_avg_pool2d_backward,
-        (const void *)o->layer_norm};
+        (const void *)o->layer_norm, (const void *)o->cumulative};
     return p[s] != NULL;
 }
 

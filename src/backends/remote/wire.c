@@ -32,6 +32,7 @@ const rw_slot_info rw_slots[RW_K_COUNT] = {
     [RW_K_AVG_POOL2D_BACKWARD] = {"avg_pool2d_backward", 2, 0, 9, 0, 0}, /* gx gy; pool */
     [RW_K_ADAPTIVE_AVG_POOL2D_BACKWARD] = {"adaptive_avg_pool2d_backward", 2, 0, 0, 0, 0},
     [RW_K_LAYER_NORM] = {"layer_norm", 4, 0xC, 1, 1, 0}, /* out x weight? bias?; n; eps */
+    [RW_K_CUMULATIVE] = {"cumulative", 3, 0x2, 1, 0, EM_CUM_COUNT}, /* values indices? in; dim */
 };
 
 /* ---- writer ---- */

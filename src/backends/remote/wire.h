@@ -58,6 +58,7 @@ typedef enum rw_slot {
     RW_K_CONV_TRANSPOSE2D, RW_K_MAX_POOL2D, RW_K_AVG_POOL2D, RW_K_ADAPTIVE_AVG_POOL2D,
     RW_K_CONV2D_WEIGHT_GRAD, RW_K_AVG_POOL2D_BACKWARD, RW_K_ADAPTIVE_AVG_POOL2D_BACKWARD,
     RW_K_LAYER_NORM,
+    RW_K_CUMULATIVE, /* cumprod / cummax / cummin (em_cum_op) */
     RW_K_COUNT
 } rw_slot;
 

@@ -441,3 +441,122 @@ for dt in FLOATS:
          tol=HALF_TOL.get(dt))
 _add("mean_dims", [T("f32", rnd((16, 3, 4, 4)))], "bn_stats_keep", r_mean_dims,
      params={"dims": [0, 2, 3], "keepdim": True})
+
+
+# ---- cumprod / cummax / cummin (appended: the cases above keep their random numbers) ----
+
+def r_cumprod(a, dim=0):
+    return np.cumprod(a, axis=_axis(a, dim)).reshape(a.shape)
+
+
+def _cum_ext(a, dim, is_max):
+    """torch.cummax / cummin: an element >= (<=) the running value, or NaN, takes over."""
+    if a.ndim == 0:
+        return a.copy(), np.zeros((), np.int64)
+    x = np.moveaxis(a, dim, -1)
+    v = np.empty_like(x)
+    ix = np.zeros(x.shape, np.int64)
+    for head in np.ndindex(x.shape[:-1]):
+        m, mi = None, 0
+        for j, e in enumerate(x[head]):
+            if j == 0 or e != e or (e >= m if is_max else e <= m):
+                m, mi = e, j
+            v[head + (j,)] = m
+            ix[head + (j,)] = mi
+    return np.moveaxis(v, -1, dim), np.moveaxis(ix, -1, dim)
+
+
+def r_cummax(a, dim=0, want=0):
+    v, i = _cum_ext(a, dim, True)
+    return (v, i) if want == 0 else v if want == 1 else i
+
+
+def r_cummin(a, dim=0, want=0):
+    v, i = _cum_ext(a, dim, False)
+    return (v, i) if want == 0 else v if want == 1 else i
+
+
+def _near1(shape):
+    return 1.0 + 0.02 * rnd(shape, -1.0, 1.0)
+
+
+for dt in FLOATS:
+    _add("cumprod", [T(dt, rnd((3, 4), 0.5, 1.5))], "dim1/" + dt, r_cumprod,
+         params={"dim": 1}, tol=HALF_TOL.get(dt))
+    _add("cumprod", [T(dt, rnd((4, 3, 5), 0.5, 1.5), view=("permute", [2, 0, 1]))],
+         "view/permute_dim1/" + dt, r_cumprod, params={"dim": 1}, tol=HALF_TOL.get(dt))
+    _add("cumprod", [T(dt, rnd((6, 10)))], "dim0/" + dt, r_cumprod, params={"dim": 0},
+         tol=HALF_TOL.get(dt))
+for dt in ("i64", "i32", "u8"):
+    _add("cumprod", [T(dt, rndi((3, 4), 0, 5))], "dim0/" + dt, r_cumprod, params={"dim": 0},
+         out="i64")
+_add("cumprod", [T("i64", rndi((2, 40), 1, 1000))], "wrap/i64", r_cumprod, params={"dim": 1})
+_add("cumprod", [T("f32", rnd((2, 3, 4)))], "dim-2", r_cumprod, params={"dim": -2})
+_add("cumprod", [T("f32", rnd((4, 9)), view=("transpose", 0, 1))], "view/transpose",
+     r_cumprod, params={"dim": 1})
+_add("cumprod", [T("f64", rnd((5, 2)), view=("flip", [0]))], "view/flip", r_cumprod,
+     params={"dim": 0})
+_add("cumprod", [T("f32", rnd((1, 12)), view=("expand", [5, 12]))], "view/expand_dim0",
+     r_cumprod, params={"dim": 0})
+_add("cumprod", [T("f32", rnd((10, 6)), view=("slice", 0, 1, 10, 3))], "view/slice_step",
+     r_cumprod, params={"dim": 0})
+_add("cumprod", [T("f32", _near1((3, 700)))], "long_rows/f32", r_cumprod, params={"dim": 1})
+_add("cumprod", [T("f64", _near1((600, 20)))], "long_cols/f64", r_cumprod, params={"dim": 0})
+_add("cumprod", [T("f32", [[2.0, 0.0, 3.0, 0.0, 4.0], [0.0, 1.5, -2.0, 0.5, 1.0]])], "zeros",
+     r_cumprod, params={"dim": 1})
+_add("cumprod", [T("f64", [[0.0, 1.5, 2.0], [3.0, 0.0, -1.0], [0.0, 2.0, 0.0],
+                          [-1.5, 0.5, 0.0]])], "zeros_dim0", r_cumprod, params={"dim": 0})
+_add("cumprod", [T("f32", [[[0.0, 0.0, 2.0, 1.5], [1.2, -0.7, 0.0, 2.0]],
+                          [[0.9, 1.1, -1.3, 0.8], [0.0, 0.0, 0.0, 1.0]]])], "zeros_3d",
+     r_cumprod, params={"dim": -1})
+_add("cumprod", [T("f32", [[1.0, np.nan, 2.0], [np.inf, 0.0, 3.0]])], "nan_inf", r_cumprod,
+     params={"dim": 1})
+_add("cumprod", [T("f32", 3.0)], "0d", r_cumprod, params={"dim": 0})
+_add("cumprod", [T("f32", 3.0)], "0d_dim-1", r_cumprod, params={"dim": -1})
+_add("cumprod", [T("f32", np.zeros((0, 3)))], "empty", r_cumprod, params={"dim": 1})
+_add("cumprod", [T("f32", np.zeros((2, 0)))], "empty_dim", r_cumprod, params={"dim": 1})
+_add("cumprod", [T("bool", [True, False])], "bool", params={"dim": 0}, error="EM_ERR_DTYPE")
+_add("cumprod", [T("f32", rnd((2, 2)))], "dim_out_of_range", params={"dim": 2},
+     error="EM_ERR_ARG")
+
+_TIES = [[1.0, 3.0, 3.0, 2.0, 3.0, 0.5, 5.0, 5.0], [4.0, 4.0, -1.0, 4.0, 7.0, 7.0, 2.0, 7.0]]
+_NANS = [[1.0, np.nan, 5.0, np.nan, 0.0, 2.0], [np.inf, -np.inf, np.nan, 3.0, -np.inf, np.nan]]
+for op, ref in (("cummax", r_cummax), ("cummin", r_cummin)):
+    for dt in FLOATS:
+        _add(op, [T(dt, rnd((3, 5)))], "dim1/" + dt, ref, params={"dim": 1},
+             out=[dt, "i64"])
+        _add(op, [T(dt, rnd((4, 3, 9)), view=("permute", [2, 0, 1]))],
+             "view/permute_dim1/" + dt, ref, params={"dim": 1}, out=[dt, "i64"])
+        _add(op, [T(dt, _TIES)], "ties/" + dt, ref, params={"dim": 1}, out=[dt, "i64"])
+        _add(op, [T(dt, _NANS)], "nan/" + dt, ref, params={"dim": 1}, out=[dt, "i64"])
+        _add(op, [T(dt, np.array(_NANS).T)], "nan_dim0/" + dt, ref, params={"dim": 0},
+             out=[dt, "i64"])
+    for dt in ("i64", "i32", "i16", "i8", "u8"):
+        _add(op, [T(dt, rndi((4, 6), 0, 4))], "dim0/" + dt, ref, params={"dim": 0},
+             out=[dt, "i64"])
+    _add(op, [T("bool", [[False, True, False, True], [True, False, False, True]])], "bool", ref,
+         params={"dim": 1}, out=["bool", "i64"])
+    _add(op, [T("f32", rnd((12, 10)))], "dim0/f32_cols", ref, params={"dim": 0},
+         out=["f32", "i64"])
+    _add(op, [T("f32", rnd((2, 3, 4)))], "dim-1", ref, params={"dim": -1}, out=["f32", "i64"])
+    _add(op, [T("f64", rnd((9, 4)), view=("transpose", 0, 1))], "view/transpose", ref,
+         params={"dim": 1}, out=["f64", "i64"])
+    _add(op, [T("f32", rnd((6, 10)), view=("flip", [0]))], "view/flip", ref,
+         params={"dim": 0}, out=["f32", "i64"])
+    _add(op, [T("f32", rnd((1, 12)), view=("expand", [5, 12]))], "view/expand_dim0", ref,
+         params={"dim": 0}, out=["f32", "i64"])
+    _add(op, [T("f64", rnd((10, 6)), view=("slice", 0, 1, 10, 3))], "view/slice_step", ref,
+         params={"dim": 0}, out=["f64", "i64"])
+    _add(op, [T("f32", rndi((3, 700), -20, 20).astype(np.float64))], "long_rows/f32", ref,
+         params={"dim": 1}, out=["f32", "i64"])
+    _add(op, [T("bf16", rnd((600, 20)))], "long_cols/bf16", ref, params={"dim": 0},
+         out=["bf16", "i64"])
+    _add(op, [T("f32", rnd((3, 5)))], "values_only", ref, params={"dim": 1, "want": 1},
+         out=["f32"])
+    _add(op, [T("f32", rnd((3, 5)))], "indices_only", ref, params={"dim": 1, "want": 2},
+         out=["i64"])
+    _add(op, [T("f32", 3.0)], "0d", ref, params={"dim": 0}, out=["f32", "i64"])
+    _add(op, [T("f32", np.zeros((0, 3)))], "empty", ref, params={"dim": 1},
+         out=["f32", "i64"])
+    _add(op, [T("f32", rnd((2, 2)))], "dim_out_of_range", params={"dim": -3},
+         error="EM_ERR_ARG")
