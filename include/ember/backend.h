@@ -323,6 +323,35 @@ typedef struct em_backend_ops {
     em_status (*rms_norm)(void *ctx, const em_view *out, const em_view *save_invrms,
                           const em_view *x, const em_view *weight, int64_t norm_numel,
                           double eps);
+    /* ---- attention (appended after ABI 3; the lead bumps the version at merge) ---- */
+    /* Each may be NULL (or return EM_ERR_UNSUPPORTED): the core then composes
+     * em_scaled_dot_product_attention from matmul, masked_fill and softmax as before. Views
+     * all have rank R >= 2 and the same batch dims [B...] = shape[0..R-2), already broadcast
+     * (stride 0 where an operand is shared); q, k, v, out, dout any strides; q, k, v, out and
+     * dout of one float dtype. mask (NULL: none) is a view of [B..., L, S] (stride 0 where it
+     * broadcasts), bool (true: attend) or a float dtype (added to the scaled scores).
+     * causal: query i sees keys j <= i (top-left aligned, as torch's tril with L != S).
+     * scale > 0 multiplies q k^T. dropout_p in [0, 1): each attention weight (b, i, j) is
+     * kept when Philox's bernoulli(1 - dropout_p) gives 1 at the element index
+     * (b * L + i) * S + j (b: the flat batch index; see src/backends/ref/random.c) and then
+     * scaled by 1 / (1 - dropout_p), the numbers of em_dropout on the [B..., L, S] weights.
+     * lse [B..., L] (contiguous; f32 for f32/f16/bf16, f64 for f64) gets each row's
+     * logsumexp of its scaled, masked scores (-inf for a row that attends to nothing, whose
+     * output row is NaN). */
+    /** out [B..., L, Ev] = dropout(softmax(q [B..., L, E] k [B..., S, E]^T scale + mask))
+     *  v [B..., S, Ev], out and lse contiguous. */
+    em_status (*sdpa)(void *ctx, const em_view *out, const em_view *lse, const em_view *q,
+                      const em_view *k, const em_view *v, const em_view *mask, bool causal,
+                      double scale, double dropout_p, uint64_t seed);
+    /** The gradients of sdpa given dout ([B..., L, Ev]) and the forward's out and lse:
+     *  dq [B..., L, E], dk [B..., S, E], dv [B..., S, Ev], fresh contiguous views (full
+     *  batch dims; the core sums broadcast ones). A row that attends to nothing gives no
+     *  gradient to q or k and NaN to v, as the composition does. */
+    em_status (*sdpa_backward)(void *ctx, const em_view *dq, const em_view *dk,
+                               const em_view *dv, const em_view *q, const em_view *k,
+                               const em_view *v, const em_view *mask, const em_view *out,
+                               const em_view *dout, const em_view *lse, bool causal,
+                               double scale, double dropout_p, uint64_t seed);
 } em_backend_ops;
 
 /** Registers an out-of-tree backend (or replaces nothing: an id already taken is

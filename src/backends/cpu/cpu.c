@@ -522,6 +522,8 @@ const em_backend_ops em_cpu_backend_ops = {
     .batch_norm_backward = cpu_batch_norm_backward,
     .group_norm = cpu_group_norm,
     .rms_norm = cpu_rms_norm,
+    .sdpa = cpu_sdpa,
+    .sdpa_backward = cpu_sdpa_backward,
     /* fallback.c: ref's kernels, counted (fallback.h) */
     .arange = cpu_arange,
     .random = cpu_random,

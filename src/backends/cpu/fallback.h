@@ -47,6 +47,8 @@ typedef enum cpu_fb {
     CPU_FB_BATCH_NORM_BWD,
     CPU_FB_GROUP_NORM,
     CPU_FB_RMS_NORM,
+    CPU_FB_SDPA, /* attention (attention.c): views the core never makes */
+    CPU_FB_SDPA_BWD,
     /* slots the cpu backend leaves to ref altogether (index_select and adaptive_avg_pool2d's
        two have kernels of their own now: their rows name what is left) */
     CPU_FB_ARANGE,

@@ -31,4 +31,6 @@ const cpu_kernels CPU_K(cpu_kernels) = {
     .batch_norm_backward = CPU_K(cpu_batch_norm_backward),
     .group_norm = CPU_K(cpu_group_norm),
     .rms_norm = CPU_K(cpu_rms_norm),
+    .sdpa = CPU_K(cpu_sdpa),
+    .sdpa_backward = CPU_K(cpu_sdpa_backward),
 };

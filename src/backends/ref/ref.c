@@ -153,4 +153,6 @@ const em_backend_ops em_ref_backend_ops = {
     .batch_norm_backward = ref_batch_norm_backward,
     .group_norm = ref_group_norm,
     .rms_norm = ref_rms_norm,
+    .sdpa = ref_sdpa,
+    .sdpa_backward = ref_sdpa_backward,
 };
