@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "autodiff/rules/rules.h"
+#include "ops/fused.h"
 
 typedef struct cp_tmps {
     em_tensor *t[16];
@@ -323,13 +324,14 @@ static em_view cp_sdpa_view(const em_tensor *t, const int64_t *batch, int nb, in
     return emi_broadcast_view(t, sh, nb + 2);
 }
 
-/* 1 when the fused slots can compute this call (else the composition does), the batch dims
- * in batch[0..*nb). */
+/* True when the fused slots can compute this call (else the composition does: a backend
+ * without them, fused kernels switched off by EMBER_FUSED=0, a float mask that needs its
+ * gradient, mixed dtypes or devices, empty operands), the batch dims in batch[0..*nb). */
 static bool cp_sdpa_fusable(const em_tensor *q, const em_tensor *k, const em_tensor *v,
                             const em_tensor *mask, double dropout_p, bool tracked,
                             int64_t *batch, int *nb) {
     const em_backend_ops *ops = q->st->ops;
-    if (!ops->sdpa || (tracked && !ops->sdpa_backward)) return false;
+    if (!ops->sdpa || (tracked && !ops->sdpa_backward) || !emi_fused_on()) return false;
     if (!(ops->caps & EM_CAP_STRIDED_INPUTS)) return false;
     if (k->dtype != q->dtype || v->dtype != q->dtype) return false;
     if (k->dev.backend != q->dev.backend || k->dev.index != q->dev.index ||
@@ -342,7 +344,8 @@ static bool cp_sdpa_fusable(const em_tensor *q, const em_tensor *k, const em_ten
         if (mask->dev.backend != q->dev.backend || mask->dev.index != q->dev.index) return false;
         if (emi_kind(mask->dtype) == EM_KIND_FLOAT) {
             if (mask->dtype != q->dtype) return false;
-            if (emi_ad_in_graph(mask, NULL)) return false; /* its gradient: composed */
+            const char *what = NULL;
+            if (emi_ad_in_graph(mask, &what)) return false; /* its gradient: composed */
         }
         const int mr = mask->v.rank;
         const int64_t ml = mr >= 2 ? mask->v.shape[mr - 2] : 1, ms = mr >= 1 ? mask->v.shape[mr - 1] : 1;
