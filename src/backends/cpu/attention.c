@@ -3,11 +3,12 @@
  * slots, backend.h), flash-attention style: the [L, S] scores never exist whole.
  *
  * Forward: tasks of (batch, block of AT_BQ query rows) on the pool. A task packs its query
- * block (times scale) and walks the keys in blocks of AT_BK: packs the block of k transposed
- * and of v, computes the AT_BQ x AT_BK scores, applies causal and mask, and folds them into
- * a running max, sum and output per row (online softmax); the output row is divided by the
- * sum at the end, and lse = max + log(sum) is saved for backward. Under causal a task stops
- * at the last key its last row sees.
+ * block (times scale) and walks the keys in blocks of AT_BK: packs the blocks of k and v,
+ * computes the AT_BQ x AT_BK scores (ember's GEMM at this level, on the calling thread),
+ * applies causal and mask, and folds them into a running max, sum and output per row (online
+ * softmax; the weights times v by the GEMM again); the output row is divided by the sum at
+ * the end, and lse = max + log(sum) is saved for backward. Under causal a task stops at the
+ * last key its last row sees.
  * Backward: tasks of one batch each (its dq accumulates in the task). Per key block: dk and dv
  * of the block, over the query blocks (under causal only those with rows >= the block's first
  * key): the weights recomputed from the saved lse, dv += P^T dout, dP = dout v^T,
