@@ -36,8 +36,8 @@ extern "C" {
 #endif
 
 /* 2: read_many appended; 3: unary_backward, adam_step, batch_norm, batch_norm_backward,
- * group_norm and rms_norm appended */
-#define EM_BACKEND_ABI_VERSION 3u
+ * group_norm and rms_norm appended; 4: cumulative, sdpa and sdpa_backward appended */
+#define EM_BACKEND_ABI_VERSION 4u
 
 /** A tensor's placement inside a backend buffer. */
 typedef struct em_view {
@@ -331,7 +331,7 @@ typedef struct em_backend_ops {
     em_status (*rms_norm)(void *ctx, const em_view *out, const em_view *save_invrms,
                           const em_view *x, const em_view *weight, int64_t norm_numel,
                           double eps);
-    /* ---- cumulative ops (appended after ABI 3) ---- */
+    /* ---- cumulative ops (ABI 4) ---- */
     /** cumprod, cummax or cummin of `in` along dim (in has rank >= 1; a 0-d input comes as a
      *  one-element 1-d view). values and indices are fresh contiguous views of in's shape.
      *  EM_CUM_PROD: values[j] = in[0] * ... * in[j] (floats: in's dtype, multiplied in
@@ -344,6 +344,35 @@ typedef struct em_backend_ops {
      *  where and cat (a parallel scan of log2(n) steps). */
     em_status (*cumulative)(void *ctx, em_cum_op op, const em_view *values,
                             const em_view *indices, const em_view *in, int dim);
+    /* ---- attention (ABI 4) ---- */
+    /* Each may be NULL (or return EM_ERR_UNSUPPORTED): the core then composes
+     * em_scaled_dot_product_attention from matmul, masked_fill and softmax as before. Views
+     * all have rank R >= 2 and the same batch dims [B...] = shape[0..R-2), already broadcast
+     * (stride 0 where an operand is shared); q, k, v, out, dout any strides; q, k, v, out and
+     * dout of one float dtype. mask (NULL: none) is a view of [B..., L, S] (stride 0 where it
+     * broadcasts), bool (true: attend) or a float dtype (added to the scaled scores).
+     * causal: query i sees keys j <= i (top-left aligned, as torch's tril with L != S).
+     * scale > 0 multiplies q k^T. dropout_p in [0, 1): each attention weight (b, i, j) is
+     * kept when Philox's bernoulli(1 - dropout_p) gives 1 at the element index
+     * (b * L + i) * S + j (b: the flat batch index; see src/backends/ref/random.c) and then
+     * scaled by 1 / (1 - dropout_p), the numbers of em_dropout on the [B..., L, S] weights.
+     * lse [B..., L] (contiguous; f32 for f32/f16/bf16, f64 for f64) gets each row's
+     * logsumexp of its scaled, masked scores (-inf for a row that attends to nothing, whose
+     * output row is NaN). */
+    /** out [B..., L, Ev] = dropout(softmax(q [B..., L, E] k [B..., S, E]^T scale + mask))
+     *  v [B..., S, Ev], out and lse contiguous. */
+    em_status (*sdpa)(void *ctx, const em_view *out, const em_view *lse, const em_view *q,
+                      const em_view *k, const em_view *v, const em_view *mask, bool causal,
+                      double scale, double dropout_p, uint64_t seed);
+    /** The gradients of sdpa given dout ([B..., L, Ev]) and the forward's out and lse:
+     *  dq [B..., L, E], dk [B..., S, E], dv [B..., S, Ev], fresh contiguous views (full
+     *  batch dims; the core sums broadcast ones). A row that attends to nothing gives no
+     *  gradient to q or k and NaN to v, as the composition does. */
+    em_status (*sdpa_backward)(void *ctx, const em_view *dq, const em_view *dk,
+                               const em_view *dv, const em_view *q, const em_view *k,
+                               const em_view *v, const em_view *mask, const em_view *out,
+                               const em_view *dout, const em_view *lse, bool causal,
+                               double scale, double dropout_p, uint64_t seed);
 } em_backend_ops;
 
 /** Registers an out-of-tree backend (or replaces nothing: an id already taken is
@@ -355,7 +384,8 @@ em_status em_backend_register(const em_backend_ops *ops);
 /** The table the core routes a backend's calls through, or NULL when the backend is not
  *  registered. For a backend with EM_CAP_HOST_MEMORY, every kernel slot it left NULL is
  *  filled with the ref backend's kernel (they share the host-view conventions), except the
- *  fused slots (ABI 3), which stay NULL: the core composes them from the backend's own. */
+ *  fused slots (ABI 3) and sdpa / sdpa_backward (ABI 4), which stay NULL: the core composes
+ *  them from the backend's own. */
 const em_backend_ops *em_backend_get(em_backend b);
 /** The backend's own table as registered (NULL slots included), or NULL. */
 const em_backend_ops *em_backend_get_native(em_backend b);

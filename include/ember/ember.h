@@ -727,8 +727,11 @@ em_status em_rms_norm(const em_tensor *x, int normalized_ndim, const em_tensor *
  *  (may be NULL) broadcasts to [..., L, S]: bool (true: the query attends to the key) or
  *  float (added to the scores). causal: query i attends to keys j <= i. scale 0 means
  *  1/sqrt(E). dropout_p in [0, 1) drops attention weights from Philox(seed). A row that
- *  attends to nothing is NaN, as torch's. Composed from matmul, masked_fill and softmax on
- *  every backend (the [L, S] scores are made whole). */
+ *  attends to nothing is NaN, as torch's. On a backend with the sdpa slots (ref, cpu) one
+ *  kernel computes it in blocks (cpu: the [L, S] scores never exist whole; the per-row
+ *  logsumexp is saved for backward, which recomputes the blocks), with the same numbers as
+ *  the composition, dropout included; elsewhere, and for a float mask that needs its own
+ *  gradient, it is composed from matmul, masked_fill and softmax. */
 em_status em_scaled_dot_product_attention(const em_tensor *q, const em_tensor *k,
                                           const em_tensor *v, const em_tensor *mask,
                                           double dropout_p, bool causal, double scale,

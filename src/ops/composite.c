@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "autodiff/rules/rules.h"
+#include "ops/fused.h"
 
 typedef struct cp_tmps {
     em_tensor *t[16];
@@ -248,34 +249,11 @@ em_status em_mean_dims(const em_tensor *x, const int *dims, int n, bool keepdim,
     return cp_reduce_dims("em_mean_dims", x, dims, n, keepdim, true, out);
 }
 
-em_status em_scaled_dot_product_attention(const em_tensor *q, const em_tensor *k,
-                                          const em_tensor *v, const em_tensor *mask,
-                                          double dropout_p, bool causal, double scale,
-                                          uint64_t seed, em_tensor **out) {
-    static const char fn[] = "em_scaled_dot_product_attention";
-    EMI_TRY(emi_check_out(fn, out));
-    EMI_TRY(emi_check_tensor(fn, "q", q));
-    EMI_TRY(emi_check_tensor(fn, "k", k));
-    EMI_TRY(emi_check_tensor(fn, "v", v));
-    EMI_TRY(emi_check_float(fn, q));
-    if (q->v.rank < 2 || k->v.rank < 2 || v->v.rank < 2)
-        return emi_fail(EM_ERR_SHAPE, "%s: q, k and v must be [..., L, E], [..., S, E] and "
-                        "[..., S, Ev]", fn);
+/* The composition: softmax(q k^T sc + mask) (dropped out) @ v, the [L, S] scores whole. */
+static em_status cp_sdpa_compose(const em_tensor *q, const em_tensor *k, const em_tensor *v,
+                                 const em_tensor *mask, double dropout_p, bool causal,
+                                 double sc, uint64_t seed, em_tensor **out) {
     const int64_t L = q->v.shape[q->v.rank - 2], S = k->v.shape[k->v.rank - 2];
-    const int64_t E = q->v.shape[q->v.rank - 1];
-    if (k->v.shape[k->v.rank - 1] != E || v->v.shape[v->v.rank - 2] != S)
-        return emi_fail(EM_ERR_SHAPE, "%s: q [..., %lld, %lld] needs k [..., S, %lld] and v "
-                        "[..., S, Ev] with one S", fn, (long long)L, (long long)E,
-                        (long long)E);
-    if (!(dropout_p >= 0 && dropout_p < 1))
-        return emi_fail(EM_ERR_ARG, "%s: dropout_p must be in [0, 1), got %g", fn, dropout_p);
-    if (!(scale >= 0) || isinf(scale))
-        return emi_fail(EM_ERR_ARG, "%s: scale must be finite and >= 0 (0: 1/sqrt(E)), got %g",
-                        fn, scale);
-    if (mask && emi_kind(mask->dtype) != EM_KIND_BOOL && emi_kind(mask->dtype) != EM_KIND_FLOAT)
-        return emi_fail(EM_ERR_DTYPE, "%s: the mask must be bool (true: attend) or float "
-                        "(added to the scores), got %s", fn, em_dtype_name(mask->dtype));
-    const double sc = scale > 0 ? scale : 1.0 / sqrt((double)E);
     cp_tmps tm = {{0}, 0};
     em_status s = EM_OK;
     em_tensor *kt = NULL, *sco = NULL, *scs = NULL, *att = NULL, *drop = NULL;
@@ -310,4 +288,198 @@ em_status em_scaled_dot_product_attention(const em_tensor *q, const em_tensor *k
     if (s == EM_OK) s = em_matmul(a, v, out);
     cp_free(&tm);
     return s;
+}
+
+/* ---- the fused path (the sdpa slots) ---- */
+
+/* The broadcast batch dims [B...] of q, k, v and mask (each without its last two dims; a
+ * mask of rank < 2 has none). False when they do not broadcast (the composition reports it)
+ * or the result would not fit EM_MAX_RANK. */
+static bool cp_sdpa_batch(const em_tensor *const *t, int n, int64_t *shape, int *rank) {
+    int r = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i] && t[i]->v.rank - 2 > r) r = t[i]->v.rank - 2;
+    if (r + 2 > EM_MAX_RANK) return false;
+    for (int d = 0; d < r; d++) shape[d] = 1;
+    for (int i = 0; i < n; i++) {
+        if (!t[i]) continue;
+        const int tr = t[i]->v.rank - 2;
+        for (int d = 0; d < tr; d++) {
+            const int64_t x = t[i]->v.shape[d], o = r - tr + d;
+            if (x == shape[o] || x == 1) continue;
+            if (shape[o] != 1) return false;
+            shape[o] = x;
+        }
+    }
+    *rank = r;
+    return true;
+}
+
+/* t's view broadcast to batch + [a, b]. */
+static em_view cp_sdpa_view(const em_tensor *t, const int64_t *batch, int nb, int64_t a,
+                            int64_t b) {
+    int64_t sh[EM_MAX_RANK];
+    for (int d = 0; d < nb; d++) sh[d] = batch[d];
+    sh[nb] = a, sh[nb + 1] = b;
+    return emi_broadcast_view(t, sh, nb + 2);
+}
+
+/* True when the fused slots can compute this call (else the composition does: a backend
+ * without them, fused kernels switched off by EMBER_FUSED=0, a float mask that needs its
+ * gradient, mixed dtypes or devices, empty operands), the batch dims in batch[0..*nb). */
+static bool cp_sdpa_fusable(const em_tensor *q, const em_tensor *k, const em_tensor *v,
+                            const em_tensor *mask, double dropout_p, bool tracked,
+                            int64_t *batch, int *nb) {
+    const em_backend_ops *ops = q->st->ops;
+    if (!ops->sdpa || (tracked && !ops->sdpa_backward) || !emi_fused_on()) return false;
+    if (!(ops->caps & EM_CAP_STRIDED_INPUTS)) return false;
+    if (k->dtype != q->dtype || v->dtype != q->dtype) return false;
+    if (k->dev.backend != q->dev.backend || k->dev.index != q->dev.index ||
+        v->dev.backend != q->dev.backend || v->dev.index != q->dev.index)
+        return false;
+    const int64_t L = q->v.shape[q->v.rank - 2], S = k->v.shape[k->v.rank - 2];
+    const int64_t E = q->v.shape[q->v.rank - 1], Ev = v->v.shape[v->v.rank - 1];
+    if (L == 0 || S == 0 || E == 0 || Ev == 0) return false; /* the composition's zeros */
+    if (mask) {
+        if (mask->dev.backend != q->dev.backend || mask->dev.index != q->dev.index) return false;
+        if (emi_kind(mask->dtype) == EM_KIND_FLOAT) {
+            if (mask->dtype != q->dtype) return false;
+            const char *what = NULL;
+            if (emi_ad_in_graph(mask, &what)) return false; /* its gradient: composed */
+        }
+        const int mr = mask->v.rank;
+        const int64_t ml = mr >= 2 ? mask->v.shape[mr - 2] : 1, ms = mr >= 1 ? mask->v.shape[mr - 1] : 1;
+        if ((ml != 1 && ml != L) || (ms != 1 && ms != S)) return false;
+    }
+    const em_tensor *all[4] = {q, k, v, mask};
+    if (!cp_sdpa_batch(all, 4, batch, nb)) return false;
+    if (emi_numel(batch, *nb) == 0) return false;
+    if (dropout_p > 0) {
+        /* the dropout counters number the weights [B..., L, S] of the composition, whose
+         * batch dims are q's, k's and the mask's: v must not add any */
+        int64_t wb[EM_MAX_RANK];
+        int wr = 0;
+        const em_tensor *w[3] = {q, k, mask};
+        if (!cp_sdpa_batch(w, 3, wb, &wr) || !emi_same_shape(wb, wr, batch, *nb)) return false;
+    }
+    return true;
+}
+
+em_status em_scaled_dot_product_attention(const em_tensor *q, const em_tensor *k,
+                                          const em_tensor *v, const em_tensor *mask,
+                                          double dropout_p, bool causal, double scale,
+                                          uint64_t seed, em_tensor **out) {
+    static const char fn[] = "em_scaled_dot_product_attention";
+
+    EMI_TRY(emi_check_out(fn, out));
+    EMI_TRY(emi_check_tensor(fn, "q", q));
+    EMI_TRY(emi_check_tensor(fn, "k", k));
+    EMI_TRY(emi_check_tensor(fn, "v", v));
+    EMI_TRY(emi_check_float(fn, q));
+    if (q->v.rank < 2 || k->v.rank < 2 || v->v.rank < 2)
+        return emi_fail(EM_ERR_SHAPE, "%s: q, k and v must be [..., L, E], [..., S, E] and "
+                        "[..., S, Ev]", fn);
+    const int64_t L = q->v.shape[q->v.rank - 2], S = k->v.shape[k->v.rank - 2];
+    const int64_t E = q->v.shape[q->v.rank - 1];
+    if (k->v.shape[k->v.rank - 1] != E || v->v.shape[v->v.rank - 2] != S)
+        return emi_fail(EM_ERR_SHAPE, "%s: q [..., %lld, %lld] needs k [..., S, %lld] and v "
+                        "[..., S, Ev] with one S", fn, (long long)L, (long long)E,
+                        (long long)E);
+    if (!(dropout_p >= 0 && dropout_p < 1))
+        return emi_fail(EM_ERR_ARG, "%s: dropout_p must be in [0, 1), got %g", fn, dropout_p);
+    if (!(scale >= 0) || isinf(scale))
+        return emi_fail(EM_ERR_ARG, "%s: scale must be finite and >= 0 (0: 1/sqrt(E)), got %g",
+                        fn, scale);
+    if (mask) EMI_TRY(emi_check_tensor(fn, "mask", mask));
+    if (mask && emi_kind(mask->dtype) != EM_KIND_BOOL && emi_kind(mask->dtype) != EM_KIND_FLOAT)
+        return emi_fail(EM_ERR_DTYPE, "%s: the mask must be bool (true: attend) or float "
+                        "(added to the scores), got %s", fn, em_dtype_name(mask->dtype));
+    const double sc = scale > 0 ? scale : 1.0 / sqrt((double)E);
+    const em_tensor *ins[5] = {q, k, v, mask, NULL};
+    emi_ad_op ad;
+    EMI_TRY(emi_ad_begin(fn, ins, 4, &ad));
+    int64_t batch[EM_MAX_RANK];
+    int nb = 0;
+    if (!cp_sdpa_fusable(q, k, v, mask, dropout_p, ad.tracked, batch, &nb))
+        return cp_sdpa_compose(q, k, v, mask, dropout_p, causal, sc, seed, out);
+    const int64_t Ev = v->v.shape[v->v.rank - 1];
+    int64_t osh[EM_MAX_RANK];
+    for (int d = 0; d < nb; d++) osh[d] = batch[d];
+    osh[nb] = L, osh[nb + 1] = Ev;
+    const em_dtype lt = q->dtype == EM_F64 ? EM_F64 : EM_F32;
+    em_tensor *o = NULL, *lse = NULL;
+    em_status s = emi_empty(fn, emi_result_device(ins, 1), q->dtype, osh, nb + 2, &o);
+    if (s == EM_OK) s = emi_empty(fn, cp_inner(q->dev), lt, osh, nb + 1, &lse);
+    if (s == EM_OK) {
+        const em_view qv = cp_sdpa_view(q, batch, nb, L, E), kv = cp_sdpa_view(k, batch, nb, S, E);
+        const em_view vv = cp_sdpa_view(v, batch, nb, S, Ev);
+        em_view mv;
+        if (mask) mv = cp_sdpa_view(mask, batch, nb, L, S);
+        s = q->st->ops->sdpa(q->st->ctx, &o->v, &lse->v, &qv, &kv, &vv, mask ? &mv : NULL,
+                             causal, sc, dropout_p, seed);
+        if (s == EM_ERR_UNSUPPORTED) { /* a case the kernel leaves to the composition */
+            em_tensor_release(o);
+            em_tensor_release(lse);
+            return cp_sdpa_compose(q, k, v, mask, dropout_p, causal, sc, seed, out);
+        }
+        if (s != EM_OK) s = emi_fail_prefixed(s, fn);
+    }
+    if (s == EM_OK) {
+        ins[4] = lse;
+        const emi_rule_sdpa_params rp = {causal, sc, dropout_p, seed};
+        s = emi_ad_end(&ad, &emi_rule_sdpa, ins, 5, o, &rp, sizeof rp);
+    }
+    em_tensor_release(lse);
+    if (s != EM_OK) {
+        em_tensor_release(o);
+        return s;
+    }
+    *out = o;
+    return EM_OK;
+}
+
+em_status emi_sdpa_backward(const em_tensor *q, const em_tensor *k, const em_tensor *v,
+                            const em_tensor *mask, const em_tensor *out, const em_tensor *dout,
+                            const em_tensor *lse, const emi_rule_sdpa_params *p, em_tensor **dq,
+                            em_tensor **dk, em_tensor **dv) {
+    static const char fn[] = "em_scaled_dot_product_attention (backward)";
+    const em_backend_ops *ops = q->st->ops;
+    EMI_TRY(emi_need(fn, ops, ops->sdpa_backward != NULL, "sdpa_backward"));
+    const em_tensor *all[4] = {q, k, v, mask};
+    int64_t batch[EM_MAX_RANK];
+    int nb = 0;
+    if (!cp_sdpa_batch(all, 4, batch, &nb))
+        return emi_fail(EM_ERR_SHAPE, "%s: the batch dims do not broadcast", fn);
+    const int64_t L = q->v.shape[q->v.rank - 2], S = k->v.shape[k->v.rank - 2];
+    const int64_t E = q->v.shape[q->v.rank - 1], Ev = v->v.shape[v->v.rank - 1];
+    int64_t sh[EM_MAX_RANK];
+    for (int d = 0; d < nb; d++) sh[d] = batch[d];
+    const em_device in = cp_inner(q->dev);
+    em_tensor *gq = NULL, *gk = NULL, *gv = NULL;
+    sh[nb] = L, sh[nb + 1] = E;
+    em_status s = emi_empty(fn, in, q->dtype, sh, nb + 2, &gq);
+    sh[nb] = S;
+    if (s == EM_OK) s = emi_empty(fn, in, q->dtype, sh, nb + 2, &gk);
+    sh[nb + 1] = Ev;
+    if (s == EM_OK) s = emi_empty(fn, in, q->dtype, sh, nb + 2, &gv);
+    if (s == EM_OK) {
+        const em_view qv = cp_sdpa_view(q, batch, nb, L, E), kv = cp_sdpa_view(k, batch, nb, S, E);
+        const em_view vv = cp_sdpa_view(v, batch, nb, S, Ev);
+        const em_view ov = cp_sdpa_view(out, batch, nb, L, Ev);
+        const em_view gov = cp_sdpa_view(dout, batch, nb, L, Ev);
+        em_view mv;
+        if (mask) mv = cp_sdpa_view(mask, batch, nb, L, S);
+        s = ops->sdpa_backward(q->st->ctx, &gq->v, &gk->v, &gv->v, &qv, &kv, &vv,
+                               mask ? &mv : NULL, &ov, &gov, &lse->v, p->causal, p->scale,
+                               p->dropout_p, p->seed);
+        if (s != EM_OK) s = emi_fail_prefixed(s, fn);
+    }
+    if (s != EM_OK) {
+        em_tensor_release(gq);
+        em_tensor_release(gk);
+        em_tensor_release(gv);
+        return s;
+    }
+    *dq = gq, *dk = gk, *dv = gv;
+    return EM_OK;
 }

@@ -175,9 +175,31 @@ static em_status w_rand_bernoulli(em_tensor *const *in, int nin, const conf_para
 static em_status w_sdpa(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
                         int *nout) {
     *nout = 1;
-    return em_scaled_dot_product_attention(in[0], in[1], in[2], nin > 3 ? in[3] : NULL, 0.0,
+    return em_scaled_dot_product_attention(in[0], in[1], in[2], nin > 3 ? in[3] : NULL,
+                                           conf_f64(p, "dropout_p", 0.0),
                                            conf_bool(p, "causal", false),
-                                           conf_f64(p, "scale", 0.0), 0, &out[0]);
+                                           conf_f64(p, "scale", 0.0),
+                                           (uint64_t)conf_int(p, "seed", 0), &out[0]);
+}
+
+/* sdpa with the float mask where(m, 0.75, -1.25) made from the bool input m: a float mask
+ * outside the graph (no gradient), so the fused path runs under autodiff too */
+static em_status w_sdpa_fmask(em_tensor *const *in, int nin, const conf_params *p,
+                              em_tensor **out, int *nout) {
+    (void)nin;
+    *nout = 1;
+    em_tensor *f = NULL, *f2 = NULL, *m = NULL;
+    em_status s = em_cast(in[3], em_tensor_dtype(in[0]), &f);
+    if (s == EM_OK) s = em_mul_scalar(f, 2.0, &f2);
+    if (s == EM_OK) s = em_sub_scalar(f2, 1.25, &m);
+    if (s == EM_OK)
+        s = em_scaled_dot_product_attention(in[0], in[1], in[2], m, 0.0,
+                                            conf_bool(p, "causal", false),
+                                            conf_f64(p, "scale", 0.0), 0, &out[0]);
+    em_tensor_release(f);
+    em_tensor_release(f2);
+    em_tensor_release(m);
+    return s;
 }
 
 const conf_op conf_ops_nn[] = {
@@ -195,5 +217,6 @@ const conf_op conf_ops_nn[] = {
     {"rand_normal", w_rand_normal},
     {"rand_bernoulli", w_rand_bernoulli},
     {"sdpa", w_sdpa},
+    {"sdpa_fmask", w_sdpa_fmask},
     {NULL, NULL},
 };

@@ -141,6 +141,23 @@ em_status emi_batch_norm_backward(const em_tensor *gy, const em_tensor *x, const
                                   const em_tensor *invstd, const em_tensor *weight, bool training,
                                   em_tensor **gx, em_tensor **gw, em_tensor **gb);
 
+/* ==== attention: the rule in attention.c, the entry points in src/ops/composite.c ==== */
+/* scaled_dot_product_attention through the sdpa slots, with inputs (q, k, v, mask?, lse):
+ * lse [B..., L] is the untracked per-row logsumexp the forward saved; the mask gets no
+ * gradient (a float mask in the graph takes the composed path). scale is resolved (> 0). */
+typedef struct emi_rule_sdpa_params {
+    bool causal;
+    double scale, dropout_p;
+    uint64_t seed;
+} emi_rule_sdpa_params;
+extern const emi_ad_rule emi_rule_sdpa;
+/** dq, dk, dv with the full broadcast batch dims (untracked inputs; the caller sums
+ *  broadcast dims), through the backend's sdpa_backward slot. */
+em_status emi_sdpa_backward(const em_tensor *q, const em_tensor *k, const em_tensor *v,
+                            const em_tensor *mask, const em_tensor *out, const em_tensor *dout,
+                            const em_tensor *lse, const emi_rule_sdpa_params *p, em_tensor **dq,
+                            em_tensor **dk, em_tensor **dv);
+
 /* ==== end neural and random ==== */
 
 /* ==== layout and indexing (adlay): rules in layout.c and index.c ==== */

@@ -523,6 +523,8 @@ const em_backend_ops em_cpu_backend_ops = {
     .group_norm = cpu_group_norm,
     .rms_norm = cpu_rms_norm,
     .cumulative = cpu_cumulative,
+    .sdpa = cpu_sdpa,
+    .sdpa_backward = cpu_sdpa_backward,
     /* fallback.c: ref's kernels, counted (fallback.h) */
     .arange = cpu_arange,
     .random = cpu_random,

@@ -144,6 +144,14 @@ em_status cpu_group_norm(void *ctx, const em_view *out, const em_view *save_mean
 em_status cpu_rms_norm(void *ctx, const em_view *out, const em_view *save_invrms,
                        const em_view *x, const em_view *weight, int64_t norm_numel,
                        double eps);
+em_status cpu_sdpa(void *ctx, const em_view *out, const em_view *lse, const em_view *q,
+                      const em_view *k, const em_view *v, const em_view *mask, bool causal,
+                      double scale, double dropout_p, uint64_t seed);
+em_status cpu_sdpa_backward(void *ctx, const em_view *dq, const em_view *dk,
+                               const em_view *dv, const em_view *q, const em_view *k,
+                               const em_view *v, const em_view *mask, const em_view *out,
+                               const em_view *dout, const em_view *lse, bool causal,
+                               double scale, double dropout_p, uint64_t seed);
 /* fallback.c: the slots left to ref (counted, see fallback.h) */
 em_status cpu_arange(void *ctx, const em_view *out, double start, double step);
 em_status cpu_random(void *ctx, em_random_op op, const em_view *out, uint64_t seed,
@@ -227,6 +235,14 @@ em_status CPU_K(cpu_group_norm)(void *ctx, const em_view *out, const em_view *sa
 em_status CPU_K(cpu_rms_norm)(void *ctx, const em_view *out, const em_view *save_invrms,
                               const em_view *x, const em_view *weight, int64_t norm_numel,
                               double eps);
+em_status CPU_K(cpu_sdpa)(void *ctx, const em_view *out, const em_view *lse, const em_view *q,
+                      const em_view *k, const em_view *v, const em_view *mask, bool causal,
+                      double scale, double dropout_p, uint64_t seed);
+em_status CPU_K(cpu_sdpa_backward)(void *ctx, const em_view *dq, const em_view *dk,
+                               const em_view *dv, const em_view *q, const em_view *k,
+                               const em_view *v, const em_view *mask, const em_view *out,
+                               const em_view *dout, const em_view *lse, bool causal,
+                               double scale, double dropout_p, uint64_t seed);
 em_status CPU_K(cpu_adaptive_avg_pool2d_backward)(void *ctx, const em_view *gx,
                                                   const em_view *gy);
 /* gemm.c: ember's GEMM (see isa.h's cpu_kernels.gemm); its tile at this level is CPU_GEMM_MR

@@ -78,6 +78,14 @@ static const cpu_fb_case fb_cases[] = {
                                          "compares); f32/f64/f16/bf16 of every layout are "
                                          "native",
                            false, true},
+    [CPU_FB_SDPA] = {"sdpa", "integer dtypes, operands of two dtypes, a non-contiguous out or "
+                             "lse (the core takes floats of one dtype and fresh outputs); "
+                             "f32/f64/f16/bf16 with every mask, causal and dropout are native",
+                     false, true},
+    [CPU_FB_SDPA_BWD] = {"sdpa_backward", "integer dtypes, operands of two dtypes, "
+                                          "non-contiguous gradients (the core takes floats of "
+                                          "one dtype and fresh outputs)",
+                         false, true},
     [CPU_FB_ARANGE] = {"arange", "every case (creation: written once, no loop worth a kernel)",
                        true, true},
     [CPU_FB_RANDOM] = {"random", "every case (Philox streams must match ref's bit for bit)",

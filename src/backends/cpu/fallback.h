@@ -48,6 +48,8 @@ typedef enum cpu_fb {
     CPU_FB_GROUP_NORM,
     CPU_FB_RMS_NORM,
     CPU_FB_CUMULATIVE, /* cumprod / cummax / cummin (cumulative.c): integer and bool inputs */
+    CPU_FB_SDPA, /* attention (attention.c): views the core never makes */
+    CPU_FB_SDPA_BWD,
     /* slots the cpu backend leaves to ref altogether (index_select and adaptive_avg_pool2d's
        two have kernels of their own now: their rows name what is left) */
     CPU_FB_ARANGE,

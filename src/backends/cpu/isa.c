@@ -273,6 +273,19 @@ em_status cpu_rms_norm(void *ctx, const em_view *out, const em_view *save_invrms
                        double eps) {
     return K()->rms_norm(ctx, out, save_invrms, x, weight, norm_numel, eps);
 }
+em_status cpu_sdpa(void *ctx, const em_view *out, const em_view *lse, const em_view *q,
+                      const em_view *k, const em_view *v, const em_view *mask, bool causal,
+                      double scale, double dropout_p, uint64_t seed) {
+    return K()->sdpa(ctx, out, lse, q, k, v, mask, causal, scale, dropout_p, seed);
+}
+em_status cpu_sdpa_backward(void *ctx, const em_view *dq, const em_view *dk,
+                               const em_view *dv, const em_view *q, const em_view *k,
+                               const em_view *v, const em_view *mask, const em_view *out,
+                               const em_view *dout, const em_view *lse, bool causal,
+                               double scale, double dropout_p, uint64_t seed) {
+    return K()->sdpa_backward(ctx, dq, dk, dv, q, k, v, mask, out, dout, lse, causal, scale,
+                              dropout_p, seed);
+}
 em_status cpu_adaptive_avg_pool2d(void *ctx, const em_view *out, const em_view *x) {
     return K()->adaptive_avg_pool2d(ctx, out, x);
 }

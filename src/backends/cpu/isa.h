@@ -119,6 +119,15 @@ typedef struct cpu_kernels {
     /* cumulative.c */
     em_status (*cumulative)(void *ctx, em_cum_op op, const em_view *values,
                             const em_view *indices, const em_view *in, int dim);
+    /* attention.c */
+    em_status (*sdpa)(void *ctx, const em_view *out, const em_view *lse, const em_view *q,
+                      const em_view *k, const em_view *v, const em_view *mask, bool causal,
+                      double scale, double dropout_p, uint64_t seed);
+    em_status (*sdpa_backward)(void *ctx, const em_view *dq, const em_view *dk,
+                               const em_view *dv, const em_view *q, const em_view *k,
+                               const em_view *v, const em_view *mask, const em_view *out,
+                               const em_view *dout, const em_view *lse, bool causal,
+                               double scale, double dropout_p, uint64_t seed);
 } cpu_kernels;
 
 /** Which GEMM cpu_gemm runs (matmul.c), chosen once from EMBER_CPU_GEMM (auto, openblas,

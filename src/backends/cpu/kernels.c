@@ -32,4 +32,6 @@ const cpu_kernels CPU_K(cpu_kernels) = {
     .group_norm = CPU_K(cpu_group_norm),
     .rms_norm = CPU_K(cpu_rms_norm),
     .cumulative = CPU_K(cpu_cumulative),
+    .sdpa = CPU_K(cpu_sdpa),
+    .sdpa_backward = CPU_K(cpu_sdpa_backward),
 };

@@ -154,4 +154,6 @@ const em_backend_ops em_ref_backend_ops = {
     .group_norm = ref_group_norm,
     .rms_norm = ref_rms_norm,
     .cumulative = ref_cumulative,
+    .sdpa = ref_sdpa,
+    .sdpa_backward = ref_sdpa_backward,
 };

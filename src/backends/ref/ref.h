@@ -231,6 +231,16 @@ em_status ref_rms_norm(void *ctx, const em_view *out, const em_view *save_invrms
                        const em_view *x, const em_view *weight, int64_t norm_numel,
                        double eps);
 
+/* attention.c */
+em_status ref_sdpa(void *ctx, const em_view *out, const em_view *lse, const em_view *q,
+                   const em_view *k, const em_view *v, const em_view *mask, bool causal,
+                   double scale, double dropout_p, uint64_t seed);
+em_status ref_sdpa_backward(void *ctx, const em_view *dq, const em_view *dk, const em_view *dv,
+                            const em_view *q, const em_view *k, const em_view *v,
+                            const em_view *mask, const em_view *out, const em_view *dout,
+                            const em_view *lse, bool causal, double scale, double dropout_p,
+                            uint64_t seed);
+
 /* nn_backward.c */
 em_status ref_conv2d_weight_grad(void *ctx, const em_view *gw, const em_view *x,
                                  const em_view *gy, const em_conv_args *a);

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from common import T, case, matmul, rnd, rndi
+from common import T, case, matmul, rnd, rndb, rndi
 
 CASES = []
 _names = set()
@@ -683,7 +683,7 @@ random_cases()
 
 
 # ---- scaled dot-product attention (issue 14; composed in the core) ----
-def _sdpa(q, k, v, mask=None, causal=False, scale=0.0):
+def _sdpa(q, k, v, mask=None, causal=False, scale=0.0, dropout_p=0.0, seed=0):
     sc = scale if scale > 0 else 1.0 / np.sqrt(q.shape[-1])
     s = matmul(q, np.swapaxes(k, -1, -2)) * sc  # no BLAS: the same bits on every machine
     L, S = s.shape[-2], s.shape[-1]
@@ -693,7 +693,10 @@ def _sdpa(q, k, v, mask=None, causal=False, scale=0.0):
         s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask
     m = np.max(s, axis=-1, keepdims=True)
     e = np.exp(s - m)
-    return matmul(e / np.sum(e, axis=-1, keepdims=True), v)
+    a = e / np.sum(e, axis=-1, keepdims=True)
+    if dropout_p > 0:  # em_dropout on the weights: the same Philox stream
+        a = a * p_bernoulli(a.shape, seed, 1.0 - dropout_p) / (1.0 - dropout_p)
+    return matmul(a, v)
 
 
 for dt in ("f32", "f64", "f16", "bf16"):
@@ -720,3 +723,40 @@ _add("sdpa", [T("f32", rnd((2, 4, 8)), view=("transpose", 0, 1)), T("f32", rnd((
                                                                        scale))
 _add("sdpa", [T("f32", rnd((2, 5, 4))), T("f32", rnd((2, 5, 3))), T("f32", rnd((2, 5, 3)))],
      "shape_err", error="EM_ERR_SHAPE")
+# The cpu backend's blocked kernel (blocks of 64 queries and keys): sequences of several blocks
+# that are not multiples of 64, causal with L != S (top-left aligned, as torch's tril), heads
+# split by a permute (strided q, k, v), broadcast batch dims, dropout, a float mask that is not
+# in the graph (sdpa_fmask builds it from a bool input: the fused backward runs under autodiff).
+_add("sdpa", [T("f32", rnd((1, 300, 3))), T("f32", rnd((1, 300, 3))), T("f32", rnd((1, 300, 2)))],
+     "long_causal", lambda q, k, v, causal, scale=0.0: _sdpa(q, k, v, None, causal, scale),
+     params={"causal": True})
+_add("sdpa", [T("f64", rnd((300, 2))), T("f64", rnd((300, 2))), T("f64", rnd((300, 2)))],
+     "long", lambda q, k, v, causal=False, scale=0.0: _sdpa(q, k, v, None, causal, scale))
+for _L, _S in ((5, 8), (7, 4)):
+    _add("sdpa", [T("f32", rnd((2, _L, 4))), T("f32", rnd((2, _S, 4))),
+                  T("f32", rnd((2, _S, 3)))],
+         "causal_L%d_S%d" % (_L, _S),
+         lambda q, k, v, causal, scale=0.0: _sdpa(q, k, v, None, causal, scale),
+         params={"causal": True})
+_add("sdpa", [T("f32", rnd((2, 5, 3, 4)), view=("permute", [0, 2, 1, 3])),
+              T("f32", rnd((2, 6, 3, 4)), view=("permute", [0, 2, 1, 3])),
+              T("f32", rnd((2, 6, 3, 5)), view=("permute", [0, 2, 1, 3]))],
+     "strided_heads", lambda q, k, v, causal=False, scale=0.0: _sdpa(q, k, v, None, causal,
+                                                                      scale))
+_bm2 = rndb((5, 6))
+_bm2[:, 0] = True
+_add("sdpa", [T("f32", rnd((2, 3, 5, 4))), T("f32", rnd((3, 6, 4))), T("f32", rnd((6, 5))),
+              T("bool", _bm2)],
+     "broadcast_batch", lambda q, k, v, m, causal=False, scale=0.0: _sdpa(q, k, v, m, causal,
+                                                                           scale))
+_add("sdpa", [T("f64", rnd((2, 2, 7, 4))), T("f64", rnd((2, 2, 9, 4))), T("f64", rnd((2, 2, 9, 3)))],
+     "dropout", lambda q, k, v, causal=False, scale=0.0, dropout_p=0.0, seed=0:
+     _sdpa(q, k, v, None, causal, scale, dropout_p, seed),
+     params={"dropout_p": 0.3, "seed": 5})
+_bm3 = rndb((2, 1, 6))
+_bm3[:, :, 0] = True
+_add("sdpa_fmask", [T("f32", rnd((2, 5, 4))), T("f32", rnd((2, 6, 4))), T("f32", rnd((2, 6, 3))),
+                    T("bool", _bm3)],
+     "float_mask_fused", lambda q, k, v, m, causal=False, scale=0.0:
+     _sdpa(q, k, v, np.where(m, 0.75, -1.25), causal, scale),
+     params={"causal": True})
