@@ -754,12 +754,16 @@ typedef struct em_memory_stats {
 } em_memory_stats;
 
 /** The memory use of a device (its inner device for autodiff ones). EM_ERR_UNSUPPORTED when
- *  its backend keeps no count. */
+ *  its backend keeps no count. bytes_in_use is what live tensors (and kernels' scratch while
+ *  they run) hold: the core's per-thread cache of tiny buffers (at most 32 buffers of at most
+ *  256 bytes a thread, kept so that tiny ops allocate nothing) is handed back to the
+ *  backends on the calling thread first, so that once every tensor is released the count is
+ *  0. Another thread's cache is given back when that thread exits or calls this. */
 em_status em_device_memory(em_device dev, em_memory_stats *out);
 /** Sets the device's peak to its current use. */
 em_status em_device_memory_reset_peak(em_device dev);
 /** Gives the memory a device's caching allocator keeps back to the system (a no-op for
- *  backends without one). */
+ *  backends without one), and the calling thread's cached tiny buffers to their backends. */
 em_status em_device_memory_release(em_device dev);
 
 #ifdef __cplusplus

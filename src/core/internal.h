@@ -288,5 +288,8 @@ void emi_ad_release(em_tensor *t);
 
 /** Thread-safe retain / release of storage. */
 void emi_storage_release(emi_storage *st);
+/** Hands the tiny buffers this thread's block cache keeps back to their backends (tensor.c):
+ *  em_device_memory then counts only what tensors hold. */
+void emi_tensor_cache_drain(void);
 
 #endif /* EMBER_INTERNAL_H */
