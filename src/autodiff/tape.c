@@ -102,6 +102,26 @@ static em_status emi_save(const em_tensor *t, em_tensor **slot) {
     return emi_ad_untracked_view(t, slot);
 }
 
+/* BALANCED: says that a backward rule will read node p's value. True when the value will be
+ * there: kept, or recomputable by p's forward from values that will be there (those are then
+ * claimed too, so that a kept one is not dropped). False when the caller must save the value
+ * itself: p's forward is NULL, or the recompute would need a kept output already dropped. */
+static bool emi_claim(emi_ad_node *p) {
+    if (p->claimed) return true;
+    if (p->value) {
+        p->claimed = true;
+        return true;
+    }
+    if (!p->rule || !p->rule->forward || p->rule->compute_bound) return false;
+    for (int i = 0; i < p->nin; i++) {
+        const emi_ad_input *in = &p->in[i];
+        if (in->rank < 0 || in->value) continue;
+        if (!in->node || !emi_claim(in->node)) return false;
+    }
+    p->claimed = true;
+    return true;
+}
+
 em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tensor *const *ins,
                      int n, em_tensor *out, const void *params, size_t psize) {
     out->dev = op->dev;
@@ -137,19 +157,24 @@ em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tens
             in->node = parent;
         }
         bool needed = (rule->needs & (i < 31 ? EMI_NEED_IN(i) : EMI_NEED_ALL_IN)) != 0;
-        /* A value that cannot be recomputed is saved when a rule may need it. */
+        /* A value that cannot be recomputed is saved when a rule may need it (a memory-bound
+         * op may be recomputed: it keeps such inputs even when its own rule reads none). */
         bool fixed = !parent || !parent->rule || !parent->rule->forward;
-        bool kept = parent && parent->rule && parent->rule->compute_bound;
         if (!balanced) {
             if (needed) s = emi_save(t, &in->value);
         } else if (fixed && (needed || !rule->compute_bound)) {
             s = emi_save(t, &in->value);
-        } else if (needed && kept && parent->value == NULL) {
+        } else if (needed && !emi_claim(parent)) {
+            /* not recomputable any more (a kept output it needs was dropped): saved */
             s = emi_save(t, &in->value);
         }
     }
+    /* BALANCED keeps a compute-bound op's output until its last handle goes unclaimed
+     * (emi_ad_release); a memory-bound op whose rule reads its own output keeps it only
+     * when it cannot be recomputed */
     if (s == EM_OK && ((!balanced && (rule->needs & EMI_NEED_OUT)) ||
-                       (balanced && rule->compute_bound)))
+                       (balanced && rule->compute_bound) ||
+                       (balanced && (rule->needs & EMI_NEED_OUT) && !emi_claim(node))))
         s = emi_save(out, &node->value);
     if (s != EM_OK) {
         emi_ad_node_release(node);
@@ -204,6 +229,14 @@ void emi_ad_node_release(emi_ad_node *n) {
 void emi_ad_release(em_tensor *t) {
     emi_ad_node *n = t->ad;
     t->ad = NULL;
+    /* BALANCED: the output of a compute-bound op whose handle goes before any rule claimed
+     * it is not kept: what a later op needs from it is then saved by that op (emi_claim), and
+     * an output nobody reads (the last matmul's, before a loss) costs nothing */
+    if (n && n->value && !n->claimed && !n->done && n->rule && n->rule->compute_bound &&
+        n->strategy == EM_CKPT_BALANCED) {
+        em_tensor_release(n->value);
+        n->value = NULL;
+    }
     emi_ad_node_release(n);
 }
 
