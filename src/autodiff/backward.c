@@ -18,6 +18,8 @@ struct em_grads {
 
 typedef struct emi_ckpt_report {
     long step;               /* the walk's position: 0 is the loss's node */
+    bool has_mem;            /* the device keeps a memory count */
+    em_memory_stats begin;   /* the device's memory when the walk began */
     size_t alive, max_alive; /* bytes of recomputed values alive now, the most at once */
     long recomputes;
 } emi_ckpt_report;
@@ -26,15 +28,10 @@ static _Thread_local emi_ckpt_report *emi_rep; /* NULL: no account is kept */
 
 static size_t emi_held_bytes(const em_tensor *t) { return t && t->st ? t->st->bytes : 0; }
 
-/* True when n's rule reads input i's value (EMI_NEED_ALL_IN covers inputs past 30). */
-static bool emi_reads_in(const emi_ad_node *n, int i) {
-    return (n->rule->needs & (i < 31 ? EMI_NEED_IN(i) : EMI_NEED_ALL_IN)) != 0;
-}
-
 /* True when n's rule will read input i's value from its parent (not from a saved value):
  * the parent's recomputed value must live until then. */
 static bool emi_reads_parent(const emi_ad_node *n, int i) {
-    return n->rule && n->need && n->in[i].node && !n->in[i].value && emi_reads_in(n, i);
+    return n->rule && n->need && n->in[i].node && !n->in[i].value && emi_rule_reads_in(n->rule, i);
 }
 
 /* Releases n's recomputed value. */
@@ -79,6 +76,9 @@ static em_status emi_ad_value(emi_ad_node *n, em_tensor **out) {
         got = i + 1;
     }
     if (s == EM_OK) s = n->rule->forward(n->params, in, n->nin, &n->cache);
+    /* the account counts a view of an input (a reshape) as no memory */
+    bool is_view = false;
+    for (int i = 0; s == EM_OK && i < got; i++) is_view |= in[i] && in[i]->st == n->cache->st;
     if (in != stack_in) free(in);
     for (int i = 0; i < got; i++)
         if (n->in[i].node) n->in[i].node->pinned--;
@@ -90,7 +90,7 @@ static em_status emi_ad_value(emi_ad_node *n, em_tensor **out) {
         return s;
     }
     n->recomputes++;
-    n->cache_bytes = emi_held_bytes(n->cache);
+    n->cache_bytes = is_view ? 0 : emi_held_bytes(n->cache);
     if (emi_rep) {
         n->made_at = emi_rep->step;
         emi_rep->recomputes++;
@@ -545,6 +545,13 @@ static void emi_report_print(FILE *f, const emi_order *o, const emi_report_row *
             emi_bytes(b5, sizeof b5, own));
     fprintf(f, "  recomputed during backward: %ld values, at most %s of them alive at once\n",
             rep->recomputes, emi_bytes(b1, sizeof b1, rep->max_alive));
+    em_memory_stats end;
+    if (rep->has_mem && em_device_memory(loss->dev, &end) == EM_OK)
+        fprintf(f, "  device memory: %s in use when backward began (peak since the last reset "
+                "%s), %s at its end (peak %s)\n", emi_bytes(b1, sizeof b1, rep->begin.bytes_in_use),
+                emi_bytes(b2, sizeof b2, rep->begin.peak_bytes),
+                emi_bytes(b3, sizeof b3, end.bytes_in_use), emi_bytes(b4, sizeof b4, end.peak_bytes));
+    em_clear_error();
 }
 
 em_status em_backward(const em_tensor *loss, em_grads **out) {
@@ -581,6 +588,8 @@ em_status em_backward(const em_tensor *loss, em_grads **out) {
     if (s == EM_OK && emi_report_wanted()) {
         emi_rep = &rep;
         rows = emi_report_begin(&order);
+        rep.has_mem = em_device_memory(loss->dev, &rep.begin) == EM_OK;
+        em_clear_error();
     }
     if (s == EM_OK) {
         em_device inner = loss->dev;

@@ -112,7 +112,7 @@ static bool emi_claim(emi_ad_node *p) {
         p->claimed = true;
         return true;
     }
-    if (!p->rule || !p->rule->forward || p->rule->compute_bound) return false;
+    if (!p->rule || !p->rule->forward || p->rule->compute_bound || p->dropped) return false;
     for (int i = 0; i < p->nin; i++) {
         const emi_ad_input *in = &p->in[i];
         if (in->rank < 0 || in->value) continue;
@@ -120,6 +120,49 @@ static bool emi_claim(emi_ad_node *p) {
     }
     p->claimed = true;
     return true;
+}
+
+/* The bytes of t's storage. */
+static size_t emi_bytes_of(const em_tensor *t) { return t->st ? t->st->bytes : 0; }
+
+/* Bytes that p holds only to recompute its output t: saved outputs of other ops that p's own
+ * rule does not read (views of leaves and constants cost nothing: their owners hold them). */
+static size_t emi_recompute_only_bytes(const emi_ad_node *p, const em_tensor *t) {
+    size_t b = 0;
+    for (int i = 0; i < p->nin; i++) {
+        const emi_ad_input *in = &p->in[i];
+        if (in->value && in->node && in->node->rule && !emi_rule_reads_in(p->rule, i) &&
+            in->value->st != t->st)
+            b += emi_bytes_of(in->value);
+    }
+    return b;
+}
+
+/* emi_claim for the value t (a handle of p's output) that an op being recorded needs, with
+ * the choice of the cheaper way to have it: when recomputing t would keep at least t's bytes
+ * of values that p saved for nothing else, false, so that the caller saves t itself (p then
+ * lets those go when its last handle does, emi_ad_release). */
+static bool emi_claim_input(emi_ad_node *p, const em_tensor *t) {
+    if (!p->claimed && !p->value && p->rule && p->rule->forward && !p->rule->compute_bound &&
+        !p->dropped) {
+        size_t cost = emi_recompute_only_bytes(p, t);
+        if (cost > 0 && cost >= emi_bytes_of(t)) return false;
+    }
+    return emi_claim(p);
+}
+
+/* Lets go of the outputs of other ops that a memory-bound node saved only to recompute its
+ * own (views of leaves and constants stay: they cost nothing while their owners live, and
+ * keep the node recomputable when it saved nothing else). */
+static void emi_drop_recompute_inputs(emi_ad_node *n) {
+    for (int i = 0; i < n->nin; i++) {
+        emi_ad_input *in = &n->in[i];
+        if (!in->value || !in->node || !in->node->rule || emi_rule_reads_in(n->rule, i))
+            continue;
+        em_tensor_release(in->value);
+        in->value = NULL;
+        n->dropped = true;
+    }
 }
 
 em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tensor *const *ins,
@@ -164,7 +207,7 @@ em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tens
             if (needed) s = emi_save(t, &in->value);
         } else if (fixed && (needed || !rule->compute_bound)) {
             s = emi_save(t, &in->value);
-        } else if (needed && !emi_claim(parent)) {
+        } else if (needed && !emi_claim_input(parent, t)) {
             /* not recomputable any more (a kept output it needs was dropped): saved */
             s = emi_save(t, &in->value);
         }
@@ -173,9 +216,23 @@ em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tens
      * (emi_ad_release); a memory-bound op whose rule reads its own output keeps it only
      * when it cannot be recomputed */
     if (s == EM_OK && ((!balanced && (rule->needs & EMI_NEED_OUT)) ||
-                       (balanced && rule->compute_bound) ||
-                       (balanced && (rule->needs & EMI_NEED_OUT) && !emi_claim(node))))
+                       (balanced && rule->compute_bound)))
         s = emi_save(out, &node->value);
+    if (s == EM_OK && balanced && !rule->compute_bound && (rule->needs & EMI_NEED_OUT)) {
+        bool recomputable = rule->forward != NULL;
+        for (int i = 0; i < n && recomputable; i++) {
+            emi_ad_input *in = &node->in[i];
+            if (in->rank < 0 || in->value) continue;
+            recomputable = in->node && emi_claim_input(in->node, ins[i]);
+        }
+        if (recomputable) {
+            node->claimed = true;
+        } else {
+            /* saved as DISABLED does; what it saved to recompute itself goes now */
+            s = emi_save(out, &node->value);
+            emi_drop_recompute_inputs(node);
+        }
+    }
     if (s != EM_OK) {
         emi_ad_node_release(node);
         return s;
@@ -237,6 +294,11 @@ void emi_ad_release(em_tensor *t) {
         em_tensor_release(n->value);
         n->value = NULL;
     }
+    /* ...and a memory-bound op's inputs saved only to recompute it go too when no rule
+     * claimed it (an op that needed it saved the value itself, emi_claim_input) */
+    if (n && !n->claimed && !n->done && n->rule && !n->rule->compute_bound &&
+        n->strategy == EM_CKPT_BALANCED)
+        emi_drop_recompute_inputs(n);
     emi_ad_node_release(n);
 }
 

@@ -36,6 +36,8 @@ struct emi_ad_node {
     em_tensor *value;         /* the kept output (an untracked view), or NULL */
     bool claimed;             /* BALANCED: a rule will read this value in backward, and it
                                  will be there (kept, or recomputable from claimed values) */
+    bool dropped;             /* BALANCED: what a recompute needs was let go: not
+                                 recomputable (emi_ad_release) */
     /* backward scratch */
     em_tensor *grad;          /* accumulated gradient of the output */
     em_tensor *cache;         /* a recomputed output value */
@@ -54,6 +56,11 @@ struct emi_ad_node {
     int nin;
     emi_ad_input in[];        /* nin entries */
 };
+
+/** True when rule reads input i's value in backward (EMI_NEED_ALL_IN covers inputs past 30). */
+static inline bool emi_rule_reads_in(const emi_ad_rule *rule, int i) {
+    return (rule->needs & (i < 31 ? EMI_NEED_IN(i) : EMI_NEED_ALL_IN)) != 0;
+}
 
 /** Drops a reference to a node (iteratively, so long chains don't recurse). */
 void emi_ad_node_release(emi_ad_node *n);
