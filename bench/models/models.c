@@ -5,7 +5,7 @@
  *
  * Usage: ember-models gpt|resnet|mlp [--mode train|infer|both] [--device D] [--warmup W]
  *                     [--steps N] [--profile] [--check REF_DEVICE] [--seed S]
- *                     [--batch B] [model sizes, see --help]
+ *                     [--batch B] [--ckpt disabled|balanced|compare] [model sizes, see --help]
  *
  * Each timed step is one forward + loss + backward + optimizer step (train) on D+autodiff, or
  * one forward to the logits (infer) on D itself (no autodiff). It prints one line per mode:
@@ -493,11 +493,19 @@ typedef struct instance {
     em_optimizer *opt;
 } instance;
 
+/* the checkpointing strategy of training instances (--ckpt) */
+static em_checkpointing g_ckpt = EM_CKPT_DISABLED;
+/* --ckpt compare: the step releases its intermediates once the loss is made, before
+ * backward, as a Python user's go when the forward returns (only the tape keeps values then,
+ * which is what the strategies differ in) */
+static bool g_release_before_backward;
+static size_t g_held_before_backward; /* bytes in use when backward began (then) */
+
 static void instance_make(instance *it, config *cfg, em_device inner, bool training) {
     memset(it, 0, sizeof *it);
     it->cfg = cfg;
     em_device dev = inner;
-    if (training) CK(em_device_autodiff(inner, EM_CKPT_DISABLED, &dev));
+    if (training) CK(em_device_autodiff(inner, g_ckpt, &dev));
     model_base *b = cfg->kind == M_GPT ? &it->g.b : cfg->kind == M_RESNET ? &it->r.b : &it->m.b;
     it->base = b;
     b->dev = dev;
@@ -553,12 +561,24 @@ static em_tensor *instance_forward(instance *it) {
     return fwd(it->m.net, it->x, "sequential(linear,gelu)");
 }
 
-/** One step; returns the loss (train) or the mean of the logits (infer). */
-static double instance_step(instance *it) {
+/** One step; returns the loss (train) or the mean of the logits (infer). With
+ *  g_release_before_backward, *fwd_peak gets the device's peak before backward (the peak is
+ *  then reset: the step's peak is the larger of the two). */
+static double instance_step_ex(instance *it, size_t *fwd_peak) {
     double out = 0;
     em_tensor *logits = instance_forward(it);
     if (it->base->training) {
         em_tensor *loss = cross_entropy(logits, it->y);
+        if (g_release_before_backward) {
+            em_tensor_retain(loss);
+            release_kept();
+            keep(loss);
+            em_memory_stats m;
+            CK(em_device_memory(it->base->inner, &m));
+            g_held_before_backward = m.bytes_in_use;
+            if (fwd_peak) *fwd_peak = m.peak_bytes;
+            CK(em_device_memory_reset_peak(it->base->inner));
+        }
         em_grads *g;
         double t0 = g_profile ? now_s() : 0;
         CK(em_backward(loss, &g));
@@ -580,6 +600,8 @@ static double instance_step(instance *it) {
     release_kept();
     return out;
 }
+
+static double instance_step(instance *it) { return instance_step_ex(it, NULL); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -625,6 +647,75 @@ static void run_mode(config *cfg, em_device inner, bool training) {
     instance_free(&it);
 }
 
+/** --ckpt compare: the same model trained under DISABLED and under BALANCED, steps
+ *  alternating which runs first, each step releasing its intermediates once the loss is made.
+ *  Per strategy (em_device_memory, above the bytes in use before the step): peak, the step's
+ *  peak (the forward's included, which holds every intermediate until the loss); held, what
+ *  is in use when backward begins (the tape's saved and kept values, and the loss); and
+ *  backward_peak, the peak from then on (held values, gradients, recomputed values, the
+ *  optimizer's temporaries); the median step time; and the ratios BALANCED / DISABLED. The
+ *  losses must be equal: the gradients are the same bits. */
+static int run_compare(config *cfg, em_device inner) {
+    static const em_checkpointing strat[2] = {EM_CKPT_DISABLED, EM_CKPT_BALANCED};
+    static const char *const sname[2] = {"disabled", "balanced"};
+    instance it[2];
+    double *t[2], loss[2] = {0, 0};
+    size_t peak[2] = {0, 0}, held[2] = {0, 0}, bwpeak[2] = {0, 0};
+    g_where = "compare";
+    g_release_before_backward = true;
+    for (int k = 0; k < 2; k++) {
+        g_ckpt = strat[k];
+        instance_make(&it[k], cfg, inner, true);
+        t[k] = malloc((size_t)cfg->steps * sizeof *t[k]);
+        if (!t[k]) die("malloc");
+        for (long i = 0; i < cfg->warmup; i++) loss[k] = instance_step(&it[k]);
+    }
+    for (long i = 0; i < cfg->steps; i++)
+        for (int j = 0; j < 2; j++) {
+            int k = (int)((i + j) % 2);
+            em_memory_stats before, after;
+            CK(em_device_memory(inner, &before));
+            CK(em_device_memory_reset_peak(inner));
+            size_t fwd_peak = 0;
+            double t0 = now_s();
+            loss[k] = instance_step_ex(&it[k], &fwd_peak);
+            t[k][i] = now_s() - t0;
+            CK(em_device_memory(inner, &after));
+            size_t b0 = before.bytes_in_use;
+            size_t p = fwd_peak > after.peak_bytes ? fwd_peak : after.peak_bytes;
+            p = p > b0 ? p - b0 : 0;
+            if (p > peak[k]) peak[k] = p;
+            size_t h = g_held_before_backward > b0 ? g_held_before_backward - b0 : 0;
+            if (h > held[k]) held[k] = h;
+            size_t bp = after.peak_bytes > b0 ? after.peak_bytes - b0 : 0;
+            if (bp > bwpeak[k]) bwpeak[k] = bp;
+        }
+    const char *thr = getenv("EMBER_NUM_THREADS");
+    double med[2];
+    for (int k = 0; k < 2; k++) {
+        qsort(t[k], (size_t)cfg->steps, sizeof *t[k], cmp_double);
+        med[k] = t[k][cfg->steps / 2];
+        printf("ckpt model=%s strategy=%s device=%s threads=%s steps=%ld median_ms=%.3f "
+               "peak_mib=%.2f held_mib=%.2f backward_peak_mib=%.2f loss=%.9g\n",
+               cfg->kind_name, sname[k], cfg->device, thr ? thr : "default", cfg->steps,
+               1e3 * med[k], (double)peak[k] / 1048576.0, (double)held[k] / 1048576.0,
+               (double)bwpeak[k] / 1048576.0, loss[k]);
+    }
+#define RATIO(a) ((a)[0] ? (double)(a)[1] / (double)(a)[0] : 0.0)
+    printf("ckpt model=%s ratio balanced/disabled peak=%.3f held=%.3f backward_peak=%.3f "
+           "time=%.3f same_loss=%s\n", cfg->kind_name, RATIO(peak), RATIO(held), RATIO(bwpeak),
+           med[0] > 0 ? med[1] / med[0] : 0.0, loss[0] == loss[1] ? "yes" : "NO");
+#undef RATIO
+    fflush(stdout);
+    for (int k = 0; k < 2; k++) {
+        free(t[k]);
+        instance_free(&it[k]);
+    }
+    g_ckpt = EM_CKPT_DISABLED;
+    g_release_before_backward = false;
+    return loss[0] == loss[1] ? 0 : 1;
+}
+
 /** Two training steps and one inference forward on dev and on ref from one seed. */
 static int run_check(config *cfg, em_device dev, em_device ref) {
     double got[2][3];
@@ -657,7 +748,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ember-models gpt|resnet|mlp [--mode train|infer|both] [--device D]\n"
             "         [--warmup W] [--steps N] [--profile] [--check REF_DEVICE] [--seed S]\n"
-            "         [--batch B]\n"
+            "         [--batch B] [--ckpt disabled|balanced|compare]\n"
             "  gpt:    [--vocab 1024] [--ctx 128] [--embd 192] [--heads 6] [--layers 2]"
             " (batch 8)\n"
             "  resnet: [--size 32] [--width 16] [--classes 10] (batch 16, 3 stages)\n"
@@ -691,6 +782,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     long batch = 0;
+    bool compare = false;
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i];
         if (strcmp(f, "--profile") == 0) {
@@ -717,6 +809,17 @@ int main(int argc, char **argv) {
         }
         if (strcmp(f, "--check") == 0) {
             c.check = v;
+            continue;
+        }
+        if (strcmp(f, "--ckpt") == 0) {
+            if (strcmp(v, "disabled") == 0) g_ckpt = EM_CKPT_DISABLED;
+            else if (strcmp(v, "balanced") == 0) g_ckpt = EM_CKPT_BALANCED;
+            else if (strcmp(v, "compare") == 0) compare = true;
+            else {
+                fprintf(stderr, "ember-models: --ckpt: '%s' is not disabled, balanced or "
+                        "compare\n", v);
+                return 2;
+            }
             continue;
         }
         if (!parse_long(v, strcmp(f, "--warmup") == 0 ? 0 : 1, &n)) {
@@ -766,6 +869,8 @@ int main(int argc, char **argv) {
             return 2;
         }
         rc = run_check(&c, dev, ref);
+    } else if (compare) {
+        rc = run_compare(&c, dev);
     } else {
         if (strcmp(c.mode, "infer") != 0) run_mode(&c, dev, true);
         if (strcmp(c.mode, "train") != 0) run_mode(&c, dev, false);

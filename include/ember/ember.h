@@ -137,7 +137,8 @@ typedef enum em_backend {
 typedef enum em_checkpointing {
     EM_CKPT_NONE = 0, /* not tracked by autodiff */
     EM_CKPT_DISABLED, /* tracked; every intermediate kept for backward */
-    EM_CKPT_BALANCED  /* tracked; memory-bound intermediates recomputed in backward */
+    EM_CKPT_BALANCED  /* tracked; memory-bound intermediates recomputed in backward (the
+                         rules: "8. Autodiff" below) */
 } em_checkpointing;
 
 /** A device: a small value, compared with em_device_equal. Every call that takes one checks
@@ -771,9 +772,37 @@ em_status em_rand_bernoulli(const int64_t *shape, int rank, em_dtype dt, double 
  *     with different strategies fail with EM_ERR_STATE naming both; an untracked input mixed
  *     with tracked ones is a constant of the graph (it is promoted to the tracked strategy).
  *     Inputs must share the inner device (backend and index); the autodiff flag may differ.
- *   - EM_CKPT_BALANCED keeps the outputs of compute-bound ops (matmul, conv) and recomputes
- *     memory-bound ones (elementwise, activations, layout) during backward, to cut peak
- *     memory. Gradients equal those of EM_CKPT_DISABLED.
+ *   - EM_CKPT_DISABLED saves, when an op is recorded, every value its backward reads (its
+ *     inputs, or its output: relu, softmax). EM_CKPT_BALANCED trades compute for memory:
+ *       * Compute-bound ops (matmul, conv1d/2d, conv_transpose2d) keep their output, as long
+ *         as a backward rule may still need it: when an output's last handle is released
+ *         before any recorded op needed it (directly or through memory-bound ops that would
+ *         be recomputed from it), it is let go (the last matmul before a loss costs nothing).
+ *       * Memory-bound ops (elementwise, activations, reductions, softmax, layer_norm,
+ *         layout, indexing) keep nothing of their own: a value one of them produced that a
+ *         rule reads is recomputed during backward from the nearest kept output, leaf or
+ *         saved value, with the op's own forward.
+ *       * A value is saved instead (as DISABLED does) where it cannot be recomputed: the
+ *         output of an op with no recompute (batch_norm, whose training forward would update
+ *         the running statistics again; split pieces; ops without a gradient), a value whose
+ *         recompute needs a kept output already let go, and a value whose recompute would keep
+ *         at least as many bytes of other ops' outputs as the value itself (an add of two
+ *         batch_norm outputs: the sum is saved and the two are let go).
+ *       * Recomputed values are freed as soon as the last rule that reads them has run, and a
+ *         value recomputed only to make another is freed right after.
+ *     Nothing is held twice: saved values are views of the tensors they save, so a value
+ *     saved by two ops, or saved by one and kept by its own, is one buffer. Gradients are the
+ *     same bits as DISABLED's on one device (the same kernels recompute the same values).
+ *     What BALANCED saves: about one activation per compute-bound op instead of one per value
+ *     a rule reads, e.g. GELU or layer_norm between matmuls (their inputs are recomputed, not
+ *     kept); with ReLU between matmuls DISABLED already keeps one activation a layer (relu's
+ *     output, which the next matmul reads too) and BALANCED keeps the same. The price is one
+ *     forward of the memory-bound ops during backward.
+ *   - EMBER_CKPT_REPORT=1 in the environment makes every em_backward print, to stderr, the
+ *     account of its walk: for each node, its kept output, the inputs it saved (views of
+ *     leaves and shared storage marked), how often its value was recomputed and at which
+ *     steps of the walk that value was made and freed; then the totals and the device's
+ *     memory when the walk began and ended.
  *   - Gradients are untracked tensors on the inner device that carry the strategy's mark.
  * ====================================================================================== */
 
@@ -845,12 +874,16 @@ typedef struct em_memory_stats {
 } em_memory_stats;
 
 /** The memory use of a device (its inner device for autodiff ones). EM_ERR_UNSUPPORTED when
- *  its backend keeps no count. */
+ *  its backend keeps no count. bytes_in_use is what live tensors (and kernels' scratch while
+ *  they run) hold: the core's per-thread cache of tiny buffers (at most 32 buffers of at most
+ *  256 bytes a thread, kept so that tiny ops allocate nothing) is handed back to the
+ *  backends on the calling thread first, so that once every tensor is released the count is
+ *  0. Another thread's cache is given back when that thread exits or calls this. */
 em_status em_device_memory(em_device dev, em_memory_stats *out);
 /** Sets the device's peak to its current use. */
 em_status em_device_memory_reset_peak(em_device dev);
 /** Gives the memory a device's caching allocator keeps back to the system (a no-op for
- *  backends without one). */
+ *  backends without one), and the calling thread's cached tiny buffers to their backends. */
 em_status em_device_memory_release(em_device dev);
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
 /* backward.c — the engine: em_backward walks the graph from the loss, runs each node's rule
  * in reverse topological order, sums gradients where a tensor is used twice, recomputes the
  * values that BALANCED did not keep, and frees the tape. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,37 @@ struct em_grads {
     emi_ad_node **leaf; /* retained */
     em_tensor **grad;
 };
+
+/* ---- the account (EMBER_CKPT_REPORT=1): what one backward held and recomputed ---- */
+
+typedef struct emi_ckpt_report {
+    long step;               /* the walk's position: 0 is the loss's node */
+    bool has_mem;            /* the device keeps a memory count */
+    em_memory_stats begin;   /* the device's memory when the walk began */
+    size_t alive, max_alive; /* bytes of recomputed values alive now, the most at once */
+    long recomputes;
+} emi_ckpt_report;
+
+static _Thread_local emi_ckpt_report *emi_rep; /* NULL: no account is kept */
+
+static size_t emi_held_bytes(const em_tensor *t) { return t && t->st ? t->st->bytes : 0; }
+
+/* True when n's rule will read input i's value from its parent (not from a saved value):
+ * the parent's recomputed value must live until then. */
+static bool emi_reads_parent(const emi_ad_node *n, int i) {
+    return n->rule && n->need && n->in[i].node && !n->in[i].value && emi_rule_reads_in(n->rule, i);
+}
+
+/* Releases n's recomputed value. */
+static void emi_cache_drop(emi_ad_node *n) {
+    if (!n->cache) return;
+    if (emi_rep) {
+        emi_rep->alive -= n->cache_bytes;
+        n->freed_at = emi_rep->step;
+    }
+    em_tensor_release(n->cache);
+    n->cache = NULL;
+}
 
 /* ---- values during backward ---- */
 
@@ -32,15 +64,48 @@ static em_status emi_ad_value(emi_ad_node *n, em_tensor **out) {
     em_tensor **in = n->nin <= 8 ? stack_in : calloc((size_t)n->nin, sizeof *in);
     if (!in) return emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
     em_status s = EM_OK;
+    /* each input's value stays while the next ones are recomputed (one may be made from
+     * another) and until the forward ran */
+    int got = 0;
     for (int i = 0; i < n->nin && s == EM_OK; i++) {
         in[i] = NULL;
         if (n->in[i].value) in[i] = n->in[i].value;
         else if (n->in[i].node) s = emi_ad_value(n->in[i].node, &in[i]);
+        if (s != EM_OK) break;
+        if (n->in[i].node) n->in[i].node->pinned++;
+        got = i + 1;
     }
     if (s == EM_OK) s = n->rule->forward(n->params, in, n->nin, &n->cache);
+    /* the account counts a view of an input (a reshape) as no memory */
+    bool is_view = false;
+    for (int i = 0; s == EM_OK && i < got; i++) is_view |= in[i] && in[i]->st == n->cache->st;
     if (in != stack_in) free(in);
-    if (s == EM_OK) *out = n->cache;
-    return s;
+    for (int i = 0; i < got; i++)
+        if (n->in[i].node) n->in[i].node->pinned--;
+    if (s != EM_OK) {
+        for (int i = 0; i < got; i++) {
+            emi_ad_node *p = n->in[i].node;
+            if (p && !n->in[i].value && p->cache && p->uses <= 0 && !p->pinned) emi_cache_drop(p);
+        }
+        return s;
+    }
+    n->recomputes++;
+    n->cache_bytes = is_view ? 0 : emi_held_bytes(n->cache);
+    if (emi_rep) {
+        n->made_at = emi_rep->step;
+        emi_rep->recomputes++;
+        emi_rep->alive += n->cache_bytes;
+        if (emi_rep->alive > emi_rep->max_alive) emi_rep->max_alive = emi_rep->alive;
+    }
+    /* a value recomputed only to recompute this one goes at once (no rule still to run
+     * reads it, and the running rule does not hold it): what backward holds beyond the kept
+     * values is the few values the rules read, not the chains between them */
+    for (int i = 0; i < n->nin; i++) {
+        emi_ad_node *p = n->in[i].node;
+        if (p && !n->in[i].value && p->cache && p->uses <= 0 && !p->pinned) emi_cache_drop(p);
+    }
+    *out = n->cache;
+    return EM_OK;
 }
 
 em_status emi_bw_input(emi_ad_bw *bw, int i, em_tensor **value) {
@@ -361,6 +426,134 @@ static em_status emi_run_rule(emi_ad_node *n) {
     return s;
 }
 
+/* ---- the account's table ---- */
+
+/* What a node held when the walk began (its saved values are spent as the walk passes). */
+typedef struct emi_report_row {
+    size_t kept;        /* bytes of its kept output */
+    size_t saved;       /* bytes of the inputs it saved */
+    size_t leaf;        /* of saved: views of leaves (no memory beyond the leaf's own) */
+    size_t own;         /* of kept + saved: held by this row alone (not a leaf, not shared) */
+    size_t shared;      /* of kept + saved: bytes whose storage an earlier row already holds */
+    char ins[96];       /* which inputs it saved */
+} emi_report_row;
+
+static bool emi_report_wanted(void) {
+    const char *e = getenv("EMBER_CKPT_REPORT");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+/* True when storage st is held by a row before (walk position) k or by one of row k's
+ * values before slot j (j counts the output as -1). */
+static bool emi_storage_seen(const emi_order *o, size_t k, int j, const emi_storage *st) {
+    for (size_t m = o->n; m-- > k + 1;) {
+        const emi_ad_node *x = o->v[m];
+        if (x->value && x->value->st == st) return true;
+        for (int i = 0; i < x->nin; i++)
+            if (x->in[i].value && x->in[i].value->st == st) return true;
+    }
+    const emi_ad_node *x = o->v[k];
+    if (j >= 0 && x->value && x->value->st == st) return true;
+    for (int i = 0; i < j && i < x->nin; i++)
+        if (x->in[i].value && x->in[i].value->st == st) return true;
+    return false;
+}
+
+/* One row per node of the walk (indexed by order position), or NULL when out of memory. */
+static emi_report_row *emi_report_begin(const emi_order *o) {
+    emi_report_row *rows = calloc(o->n ? o->n : 1, sizeof *rows);
+    if (!rows) return NULL;
+    for (size_t k = o->n; k-- > 0;) {
+        const emi_ad_node *n = o->v[k];
+        emi_report_row *r = &rows[k];
+        if (n->value) {
+            r->kept = emi_held_bytes(n->value);
+            if (emi_storage_seen(o, k, -1, n->value->st)) r->shared += r->kept;
+            else r->own += r->kept;
+        }
+        size_t at = 0;
+        for (int i = 0; i < n->nin; i++) {
+            const em_tensor *v = n->in[i].value;
+            if (!v) continue;
+            size_t b = emi_held_bytes(v);
+            r->saved += b;
+            bool seen = emi_storage_seen(o, k, i, v->st);
+            if (seen) r->shared += b;
+            const char *from = !n->in[i].node ? "const" : !n->in[i].node->rule ? "leaf" : "op";
+            bool isleaf = n->in[i].node && !n->in[i].node->rule;
+            if (isleaf) r->leaf += b;
+            if (!seen && !isleaf) r->own += b;
+            int w = snprintf(r->ins + at, sizeof r->ins - at, "%s%d:%s%s", at ? " " : "", i,
+                             from, seen ? "(shared)" : "");
+            if (w > 0 && (size_t)w < sizeof r->ins - at) at += (size_t)w;
+        }
+    }
+    return rows;
+}
+
+/* b as "12.0 MiB", "3.5 KiB" or "40 B" into buf. */
+static const char *emi_bytes(char *buf, size_t cap, size_t b) {
+    if (b >= ((size_t)1 << 20)) snprintf(buf, cap, "%.2f MiB", (double)b / 1048576.0);
+    else if (b >= 1024) snprintf(buf, cap, "%.1f KiB", (double)b / 1024.0);
+    else snprintf(buf, cap, "%zu B", b);
+    return buf;
+}
+
+static void emi_report_print(FILE *f, const emi_order *o, const emi_report_row *rows,
+                             const emi_ckpt_report *rep, const em_tensor *loss) {
+    static const char *const strat[] = {"none", "disabled", "balanced"};
+    int st = (int)loss->ckpt;
+    fprintf(f, "ember checkpoint report: one backward, strategy %s, %zu nodes (#0 is the "
+            "loss; rules run in this order)\n", st >= 0 && st <= 2 ? strat[st] : "?", o->n);
+    fprintf(f, "  %-5s %-16s %-20s %11s %11s  %-26s %s\n", "node", "op", "shape", "kept", "saved",
+            "saved inputs", "recomputed");
+    size_t kept = 0, saved = 0, shared = 0, leaf = 0, own = 0, nkept = 0;
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
+    for (size_t k = o->n; k-- > 0;) {
+        const emi_ad_node *n = o->v[k];
+        const emi_report_row *r = &rows[k];
+        long pos = (long)(o->n - 1 - k);
+        kept += r->kept;
+        saved += r->saved;
+        shared += r->shared;
+        leaf += r->leaf;
+        own += r->own;
+        nkept += r->kept > 0;
+        if (!n->rule && !r->kept && !r->saved) continue; /* a leaf holds nothing extra */
+        char shape[64];
+        size_t at = 0;
+        shape[0] = '\0';
+        for (int d = 0; d < n->rank; d++) {
+            int w = snprintf(shape + at, sizeof shape - at, "%s%lld", d ? "," : "[",
+                             (long long)n->shape[d]);
+            if (w > 0 && (size_t)w < sizeof shape - at) at += (size_t)w;
+        }
+        snprintf(shape + at, sizeof shape - at, "%s", n->rank ? "]" : "[]");
+        char rec[80] = "-";
+        if (n->recomputes)
+            snprintf(rec, sizeof rec, "%dx %s, made@#%ld freed@#%ld", n->recomputes,
+                     emi_bytes(b3, sizeof b3, n->cache_bytes), n->made_at, n->freed_at);
+        fprintf(f, "  #%-4ld %-16s %-20s %11s %11s  %-26s %s\n", pos,
+                n->rule ? n->rule->name : "leaf", shape, emi_bytes(b1, sizeof b1, r->kept),
+                emi_bytes(b2, sizeof b2, r->saved), r->ins[0] ? r->ins : "-", rec);
+    }
+    fprintf(f, "  held when backward began: kept outputs %s (%zu nodes), saved inputs %s (%s "
+            "of them views of leaves), %s of these on storage another held value shares; "
+            "beyond the leaves, counted once: %s\n",
+            emi_bytes(b1, sizeof b1, kept), nkept, emi_bytes(b2, sizeof b2, saved),
+            emi_bytes(b3, sizeof b3, leaf), emi_bytes(b4, sizeof b4, shared),
+            emi_bytes(b5, sizeof b5, own));
+    fprintf(f, "  recomputed during backward: %ld values, at most %s of them alive at once\n",
+            rep->recomputes, emi_bytes(b1, sizeof b1, rep->max_alive));
+    em_memory_stats end;
+    if (rep->has_mem && em_device_memory(loss->dev, &end) == EM_OK)
+        fprintf(f, "  device memory: %s in use when backward began (peak since the last reset "
+                "%s), %s at its end (peak %s)\n", emi_bytes(b1, sizeof b1, rep->begin.bytes_in_use),
+                emi_bytes(b2, sizeof b2, rep->begin.peak_bytes),
+                emi_bytes(b3, sizeof b3, end.bytes_in_use), emi_bytes(b4, sizeof b4, end.peak_bytes));
+    em_clear_error();
+}
+
 static em_status emi_backward(const em_tensor *loss, em_grads **out) {
     static const char fn[] = "em_backward";
     EMI_TRY(emi_check_tensor(fn, "loss", loss));
@@ -381,6 +574,23 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
         n->need = !n->rule && n->requires_grad;
         for (int i = 0; i < n->nin && !n->need; i++) n->need = n->in[i].node && n->in[i].node->need;
     }
+    /* the direct reads of each node's value by the rules still to run */
+    for (size_t k = 0; s == EM_OK && k < order.n; k++) order.v[k]->uses = 0;
+    for (size_t k = 0; s == EM_OK && k < order.n; k++) {
+        emi_ad_node *n = order.v[k];
+        if (!n->rule || !n->need) continue;
+        if (n->rule->needs & EMI_NEED_OUT) n->uses++;
+        for (int i = 0; i < n->nin; i++)
+            if (emi_reads_parent(n, i)) n->in[i].node->uses++;
+    }
+    emi_ckpt_report rep = {0};
+    emi_report_row *rows = NULL;
+    if (s == EM_OK && emi_report_wanted()) {
+        emi_rep = &rep;
+        rows = emi_report_begin(&order);
+        rep.has_mem = em_device_memory(loss->dev, &rep.begin) == EM_OK;
+        em_clear_error();
+    }
     if (s == EM_OK) {
         em_device inner = loss->dev;
         inner.autodiff = false;
@@ -391,6 +601,7 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
     }
     for (size_t k = order.n; s == EM_OK && k-- > 0;) {
         emi_ad_node *n = order.v[k];
+        rep.step = (long)(order.n - 1 - k);
         s = emi_flush_pieces(n);
         if (s != EM_OK) break;
         if (n->need && n->grad) {
@@ -400,15 +611,29 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
                     if (s == EM_OK) n->grad = NULL;
                 }
             } else {
+                /* what the rule reads stays while it runs, then goes when no later rule
+                 * reads it */
+                n->pinned++;
+                for (int i = 0; i < n->nin; i++)
+                    if (n->in[i].node) n->in[i].node->pinned++;
                 s = emi_run_rule(n);
+                n->pinned--;
+                for (int i = 0; i < n->nin; i++)
+                    if (n->in[i].node) n->in[i].node->pinned--;
+                if (n->rule->needs & EMI_NEED_OUT) n->uses--;
+                for (int i = 0; i < n->nin; i++) {
+                    if (!emi_reads_parent(n, i)) continue;
+                    emi_ad_node *p = n->in[i].node;
+                    if (--p->uses <= 0) emi_cache_drop(p);
+                }
             }
         }
         /* every consumer of n's value ran before n: what n holds for backward can go now,
          * not at the end, so that saved values die as the walk passes them (the parents
          * stay alive: `order` holds a reference to each node) */
         em_tensor_release(n->grad);
-        em_tensor_release(n->cache);
-        n->grad = n->cache = NULL;
+        n->grad = NULL;
+        emi_cache_drop(n);
         if (n->rule) {
             n->done = true;
             emi_ad_node_spend(n);
@@ -419,13 +644,16 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
         emi_ad_node *n = order.v[k];
         n->mark = 0;
         em_tensor_release(n->grad);
-        em_tensor_release(n->cache);
-        n->grad = n->cache = NULL;
+        n->grad = NULL;
+        emi_cache_drop(n);
         if (n->rule) {
             n->done = true;
             emi_ad_node_spend(n);
         }
     }
+    if (rows) emi_report_print(stderr, &order, rows, &rep, loss);
+    emi_rep = NULL;
+    free(rows);
     for (size_t k = 0; k < order.n; k++) emi_ad_node_release(order.v[k]);
     free(order.v);
     if (s != EM_OK) {

@@ -109,6 +109,69 @@ void emi_ad_share(em_tensor *v, const em_tensor *t) {
     if (v->ad) atomic_fetch_add_explicit(&v->ad->refs, 1, memory_order_relaxed);
 }
 
+/* BALANCED: says that a backward rule will read node p's value. True when the value will be
+ * there: kept, or recomputable by p's forward from values that will be there (those are then
+ * claimed too, so that a kept one is not dropped). False when the caller must save the value
+ * itself: p's forward is NULL, or the recompute would need a kept output already dropped. */
+static bool emi_claim(emi_ad_node *p) {
+    if (p->claimed) return true;
+    if (p->value) {
+        p->claimed = true;
+        return true;
+    }
+    if (!p->rule || !p->rule->forward || p->rule->compute_bound || p->dropped) return false;
+    for (int i = 0; i < p->nin; i++) {
+        const emi_ad_input *in = &p->in[i];
+        if (in->rank < 0 || in->value) continue;
+        if (!in->node || !emi_claim(in->node)) return false;
+    }
+    p->claimed = true;
+    return true;
+}
+
+/* The bytes of t's storage. */
+static size_t emi_bytes_of(const em_tensor *t) { return t->st ? t->st->bytes : 0; }
+
+/* Bytes that p holds only to recompute its output t: saved outputs of other ops that p's own
+ * rule does not read (views of leaves and constants cost nothing: their owners hold them). */
+static size_t emi_recompute_only_bytes(const emi_ad_node *p, const em_tensor *t) {
+    size_t b = 0;
+    for (int i = 0; i < p->nin; i++) {
+        const emi_ad_input *in = &p->in[i];
+        if (in->value && in->node && in->node->rule && !emi_rule_reads_in(p->rule, i) &&
+            in->value->st != t->st)
+            b += emi_bytes_of(in->value);
+    }
+    return b;
+}
+
+/* emi_claim for the value t (a handle of p's output) that an op being recorded needs, with
+ * the choice of the cheaper way to have it: when recomputing t would keep at least t's bytes
+ * of values that p saved for nothing else, false, so that the caller saves t itself (p then
+ * lets those go when its last handle does, emi_ad_release). */
+static bool emi_claim_input(emi_ad_node *p, const em_tensor *t) {
+    if (!p->claimed && !p->value && p->rule && p->rule->forward && !p->rule->compute_bound &&
+        !p->dropped) {
+        size_t cost = emi_recompute_only_bytes(p, t);
+        if (cost > 0 && cost >= emi_bytes_of(t)) return false;
+    }
+    return emi_claim(p);
+}
+
+/* Lets go of the outputs of other ops that a memory-bound node saved only to recompute its
+ * own (views of leaves and constants stay: they cost nothing while their owners live, and
+ * keep the node recomputable when it saved nothing else). */
+static void emi_drop_recompute_inputs(emi_ad_node *n) {
+    for (int i = 0; i < n->nin; i++) {
+        emi_ad_input *in = &n->in[i];
+        if (!in->value || !in->node || !in->node->rule || emi_rule_reads_in(n->rule, i))
+            continue;
+        em_tensor_release(in->value);
+        in->value = NULL;
+        n->dropped = true;
+    }
+}
+
 em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tensor *const *ins,
                      int n, em_tensor *out, const void *params, size_t psize) {
     out->dev = op->dev;
@@ -144,20 +207,39 @@ em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tens
             in->node = parent;
         }
         bool needed = (rule->needs & (i < 31 ? EMI_NEED_IN(i) : EMI_NEED_ALL_IN)) != 0;
-        /* A value that cannot be recomputed is saved when a rule may need it. */
+        /* A value that cannot be recomputed is saved when a rule may need it (a memory-bound
+         * op may be recomputed: it keeps such inputs even when its own rule reads none). */
         bool fixed = !parent || !parent->rule || !parent->rule->forward;
-        bool kept = parent && parent->rule && parent->rule->compute_bound;
         if (!balanced) {
             if (needed) s = emi_save(t, &in->value);
         } else if (fixed && (needed || !rule->compute_bound)) {
             s = emi_save(t, &in->value);
-        } else if (needed && kept && parent->value == NULL) {
+        } else if (needed && !emi_claim_input(parent, t)) {
+            /* not recomputable any more (a kept output it needs was dropped): saved */
             s = emi_save(t, &in->value);
         }
     }
+    /* BALANCED keeps a compute-bound op's output until its last handle goes unclaimed
+     * (emi_ad_release); a memory-bound op whose rule reads its own output keeps it only
+     * when it cannot be recomputed */
     if (s == EM_OK && ((!balanced && (rule->needs & EMI_NEED_OUT)) ||
                        (balanced && rule->compute_bound)))
         s = emi_save(out, &node->value);
+    if (s == EM_OK && balanced && !rule->compute_bound && (rule->needs & EMI_NEED_OUT)) {
+        bool recomputable = rule->forward != NULL;
+        for (int i = 0; i < n && recomputable; i++) {
+            emi_ad_input *in = &node->in[i];
+            if (in->rank < 0 || in->value) continue;
+            recomputable = in->node && emi_claim_input(in->node, ins[i]);
+        }
+        if (recomputable) {
+            node->claimed = true;
+        } else {
+            /* saved as DISABLED does; what it saved to recompute itself goes now */
+            s = emi_save(out, &node->value);
+            emi_drop_recompute_inputs(node);
+        }
+    }
     if (s != EM_OK) {
         emi_ad_node_release(node);
         return s;
@@ -211,6 +293,19 @@ void emi_ad_node_release(emi_ad_node *n) {
 void emi_ad_release(em_tensor *t) {
     emi_ad_node *n = t->ad;
     t->ad = NULL;
+    /* BALANCED: the output of a compute-bound op whose handle goes before any rule claimed
+     * it is not kept: what a later op needs from it is then saved by that op (emi_claim), and
+     * an output nobody reads (the last matmul's, before a loss) costs nothing */
+    if (n && n->value && !n->claimed && !n->done && n->rule && n->rule->compute_bound &&
+        n->strategy == EM_CKPT_BALANCED) {
+        em_tensor_release(n->value);
+        n->value = NULL;
+    }
+    /* ...and a memory-bound op's inputs saved only to recompute it go too when no rule
+     * claimed it (an op that needed it saved the value itself, emi_claim_input) */
+    if (n && !n->claimed && !n->done && n->rule && !n->rule->compute_bound &&
+        n->strategy == EM_CKPT_BALANCED)
+        emi_drop_recompute_inputs(n);
     emi_ad_node_release(n);
 }
 

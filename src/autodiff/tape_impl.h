@@ -34,12 +34,21 @@ struct emi_ad_node {
     int rank;
     int64_t shape[EM_MAX_RANK];
     em_tensor *value;         /* the kept output (an untracked view), or NULL */
+    bool claimed;             /* BALANCED: a rule will read this value in backward, and it
+                                 will be there (kept, or recomputable from claimed values) */
+    bool dropped;             /* BALANCED: what a recompute needs was let go: not
+                                 recomputable (emi_ad_release) */
     /* backward scratch */
     em_tensor *grad;          /* accumulated gradient of the output */
     em_tensor *cache;         /* a recomputed output value */
     emi_ad_piece *pieces;     /* split pieces' gradients not yet in grad */
     int npieces, cap_pieces;
     bool need;                /* some leaf below wants a gradient through this node */
+    int pinned;               /* held by the rule now running or a recompute under way */
+    int uses;                 /* rules still to run that read this node's value directly */
+    int recomputes;           /* times the walk recomputed the value (the account) */
+    long made_at, freed_at;   /* walk steps of the last recompute and of its release */
+    size_t cache_bytes;       /* bytes of the last recomputed value */
     int mark;                 /* traversal state */
     emi_ad_node *next;        /* release list link */
     size_t psize;
@@ -47,6 +56,11 @@ struct emi_ad_node {
     int nin;
     emi_ad_input in[];        /* nin entries */
 };
+
+/** True when rule reads input i's value in backward (EMI_NEED_ALL_IN covers inputs past 30). */
+static inline bool emi_rule_reads_in(const emi_ad_rule *rule, int i) {
+    return (rule->needs & (i < 31 ? EMI_NEED_IN(i) : EMI_NEED_ALL_IN)) != 0;
+}
 
 /** Drops a reference to a node (iteratively, so long chains don't recurse). */
 void emi_ad_node_release(emi_ad_node *n);

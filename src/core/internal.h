@@ -311,10 +311,10 @@ void emi_scope_resume(void);
 em_status emi_share(const em_tensor *t, em_tensor **out);
 /** Makes v (a fresh view of t) the same value of t's graph (src/autodiff). */
 void emi_ad_share(em_tensor *v, const em_tensor *t);
-/** Hands this thread's cached blocks back (scope.c, at thread exit). */
-void emi_block_cache_drain(void);
-
 /** Thread-safe retain / release of storage. */
 void emi_storage_release(emi_storage *st);
+/** Hands the tiny buffers this thread's block cache keeps back to their backends (tensor.c):
+ *  em_device_memory then counts only what tensors hold. */
+void emi_tensor_cache_drain(void);
 
 #endif /* EMBER_INTERNAL_H */

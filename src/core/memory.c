@@ -19,6 +19,9 @@ em_status em_device_memory(em_device dev, em_memory_stats *out) {
     const em_backend_ops *ops;
     void *ctx;
     EMI_TRY(emi_memory_backend(fn, dev, &ops, &ctx));
+    /* the tiny buffers this thread's tensor cache keeps are no tensor's: give them back
+     * first, so that bytes in use are what tensors hold */
+    emi_tensor_cache_drain();
     size_t in_use = 0, peak = 0;
     ops->memory(ctx, &in_use, &peak);
     out->bytes_in_use = in_use;
@@ -43,6 +46,7 @@ em_status em_device_memory_release(em_device dev) {
     EMI_TRY(emi_check_device_value(fn, dev));
     em_status s = emi_backend(dev, &ops, &ctx);
     if (s != EM_OK) return emi_fail_prefixed(s, fn);
+    emi_tensor_cache_drain();
     if (ops->memory_release) ops->memory_release(ctx);
     return EM_OK;
 }

@@ -80,7 +80,7 @@ static void emi_scope_thread_exit(void *unused) {
     s->mark = NULL;
     s->n = s->cap = 0;
     s->capmark = 0;
-    if (any) emi_block_cache_drain();
+    if (any) emi_tensor_cache_drain();
 }
 
 static void emi_scope_key_init(void) { pthread_key_create(&emi_scope_key, emi_scope_thread_exit); }

@@ -13,7 +13,9 @@
  * and released per op) costs no malloc. A block whose tensor owned a tiny buffer (at most
  * EMI_TINY_BYTES) keeps that buffer, still allocated from its backend, and the next tensor of
  * the same device and a size that fits takes both: a tiny op then allocates nothing at all.
- * The cache is emptied (buffers handed back to their backends) when its thread exits. */
+ * The cache is emptied (buffers handed back to their backends) when its thread exits, and
+ * by em_device_memory and em_device_memory_release on the calling thread, so that a buffer
+ * no tensor holds is never reported in use (emi_tensor_cache_drain). */
 typedef struct emi_block {
     struct em_tensor t;
     emi_storage st;
@@ -62,7 +64,7 @@ static void emi_cache_drain(void *unused) {
     emi_cache.n = 0;
 }
 
-void emi_block_cache_drain(void) { emi_cache_drain(NULL); }
+void emi_tensor_cache_drain(void) { emi_cache_drain(NULL); }
 
 static void emi_cache_key_init(void) { pthread_key_create(&emi_cache_key, emi_cache_drain); }
 
