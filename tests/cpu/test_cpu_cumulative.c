@@ -41,33 +41,8 @@ int main(void) {
 static const em_dtype DTYPES[] = {EM_F32, EM_F64, EM_F16, EM_BF16};
 static const char *OPNAMES[] = {"cumprod", "cummax", "cummin"};
 
-static uint64_t rng = 0x243f6a8885a308d3ull;
-static double urand(void) { /* [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
-}
-
-static size_t esz(em_dtype dt) { return em_dtype_size(dt); }
-
-static int64_t numel(const em_view *v) {
-    int64_t n = 1;
-    for (int d = 0; d < v->rank; d++) n *= v->shape[d];
-    return n;
-}
-
-static int64_t off_of(const em_view *v, int64_t i) {
-    int64_t o = v->offset;
-    for (int d = v->rank - 1; d >= 0; d--) {
-        o += (i % v->shape[d]) * v->strides[d];
-        i /= v->shape[d];
-    }
-    return o;
-}
-
-enum { L_DENSE, L_T_LAST, L_REVERSE, L_SLICE, L_BCAST, L_FLIP, L_FLIP0, L_COUNT };
-static const char *LNAMES[] = {"dense", "transpose", "reverse", "slice", "bcast", "flip", "flip0"};
+#define CT_SEED 0x243f6a8885a308d3ull
+#include "cpu_test_lines.h"
 
 /* value kinds: 0 near 1 (products stay finite), 1 small integers (ties), 2 with NaNs and
  * zeros */
@@ -82,56 +57,10 @@ static double draw(int kind) {
 
 static em_view make_input(em_dtype dt, int rank, const int64_t *shape, int lay, int kind,
                           void **buf) {
-    em_view v;
-    memset(&v, 0, sizeof v);
-    v.dtype = dt;
-    v.rank = rank;
-    for (int d = 0; d < rank; d++) v.shape[d] = shape[d];
-    int perm[EM_MAX_RANK];
-    for (int d = 0; d < rank; d++) perm[d] = d;
-    if (lay == L_T_LAST && rank >= 2) perm[rank - 1] = rank - 2, perm[rank - 2] = rank - 1;
-    if (lay == L_REVERSE)
-        for (int d = 0; d < rank; d++) perm[d] = rank - 1 - d;
-    int64_t st[EM_MAX_RANK], s = 1;
-    for (int k = rank - 1; k >= 0; k--) {
-        int d = perm[k];
-        int64_t mult = lay == L_SLICE && k == rank - 1 ? 2 : 1;
-        st[d] = s * mult;
-        s *= (shape[d] > 0 ? shape[d] : 1) * mult;
-    }
-    int64_t total = s + 8;
-    for (int d = 0; d < rank; d++) v.strides[d] = st[d];
-    if (lay == L_SLICE) v.offset = 3;
-    if (lay == L_BCAST) v.strides[rank > 1 ? 1 : 0] = 0;
-    if (lay == L_FLIP || lay == L_FLIP0) {
-        int d = lay == L_FLIP ? rank - 1 : 0;
-        v.offset += (shape[d] > 0 ? shape[d] - 1 : 0) * v.strides[d];
-        v.strides[d] = -v.strides[d];
-    }
+    int64_t total;
+    em_view v = lines_view(dt, rank, shape, lay, &total);
     *buf = calloc((size_t)total + 64, esz(dt));
     for (int64_t i = 0; i < total; i++) ct_store(*buf, dt, i, draw(kind));
-    v.buf = *buf;
-    return v;
-}
-
-/** in's shape, dense, or with the last two dims swapped in storage plus gaps and an offset. */
-static em_view make_same(em_dtype dt, const em_view *in, bool strided, void **buf) {
-    em_view v = ct_dense(NULL, dt, in->rank, in->shape);
-    int64_t n = numel(in);
-    if (strided && in->rank >= 2) {
-        int r = in->rank;
-        int64_t s = 1;
-        int order[EM_MAX_RANK];
-        for (int d = 0; d < r; d++) order[d] = d;
-        order[r - 1] = r - 2, order[r - 2] = r - 1;
-        for (int k = r - 1; k >= 0; k--) {
-            v.strides[order[k]] = s * (k == r - 1 ? 3 : 1);
-            s *= in->shape[order[k]] * (k == r - 1 ? 3 : 1);
-        }
-        n = s;
-        v.offset = 2;
-    }
-    *buf = calloc((size_t)(n + 16), esz(dt));
     v.buf = *buf;
     return v;
 }
@@ -140,34 +69,6 @@ static double tol_of(em_dtype dt) {
     return dt == EM_F64 ? 1e-12 : dt == EM_F32 ? 1e-6 : dt == EM_F16 ? 1e-3 : 8e-3;
 }
 
-static int fails = 0;
-
-static void compare(const char *what, const em_view *a, const em_view *b, double tol) {
-    int64_t n = numel(a);
-    for (int64_t i = 0; i < n; i++) {
-        double x = ct_load(a->buf, a->dtype, off_of(a, i));
-        double y = ct_load(b->buf, b->dtype, off_of(b, i));
-        bool ok = (x != x && y != y) || x == y || fabs(x - y) <= tol * fabs(y);
-        if (!ok) {
-            if (fails++ < 20)
-                print_error("%s: element %lld: cpu %.9g, ref %.9g\n", what, (long long)i, x, y);
-            return;
-        }
-    }
-}
-
-static const cpu_kernels *levels[CPU_ISA_COUNT];
-static int nlevels;
-static const em_backend_ops *ref;
-
-static void setup_levels(void) {
-    ref = em_backend_get(EM_BACKEND_REF);
-    assert_non_null(ref);
-    nlevels = 0;
-    for (int l = 0; l <= cpu_isa_best(); l++)
-        if (cpu_kernels_of(l)) levels[nlevels++] = cpu_kernels_of(l);
-    assert_true(nlevels >= 1);
-}
 
 static const int64_t SHAPES[][5] = {
     /* rank, extents */
@@ -213,8 +114,8 @@ static void cumulative_all(void **state) {
                             snprintf(what, sizeof what, "%s %s shape #%d %s dim %d %s",
                                      OPNAMES[op], em_dtype_name(dt), si, LNAMES[lay], dim,
                                      cpu_isa_name(levels[l]->isa));
-                            compare(what, &co, &ro, ext ? 0 : tol_of(dt));
-                            if (ext) compare(what, &cx, &rx, 0);
+                            compare(what, &co, &ro, ext ? 0 : tol_of(dt), 0);
+                            if (ext) compare(what, &cx, &rx, 0, 0);
                             free(cb);
                             free(ck);
                         }
@@ -251,8 +152,8 @@ static void integers_fall_back(void **state) {
         assert_int_equal(levels[0]->cumulative(NULL, (em_cum_op)op, &co, ext ? &cx : NULL, &in,
                                                1),
                          EM_OK);
-        compare(OPNAMES[op], &co, &ro, 0);
-        if (ext) compare(OPNAMES[op], &cx, &rx, 0);
+        compare(OPNAMES[op], &co, &ro, 0, 0);
+        if (ext) compare(OPNAMES[op], &cx, &rx, 0, 0);
     }
     assert_int_equal(cpu_fallback_count(CPU_FB_CUMULATIVE, EM_I64), 1);
     assert_int_equal(cpu_fallback_count(CPU_FB_CUMULATIVE, EM_I32), 2);

@@ -42,70 +42,13 @@ static const char *dt_name(em_dtype dt) {
     return dt == EM_F32 ? "f32" : dt == EM_F64 ? "f64" : dt == EM_F16 ? "f16" : "bf16";
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static double urand(void) { /* [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
-}
-
-static size_t esz(em_dtype dt) { return dt == EM_F64 ? 8 : dt == EM_F32 ? 4 : 2; }
-
-static int64_t numel(const em_view *v) {
-    int64_t n = 1;
-    for (int d = 0; d < v->rank; d++) n *= v->shape[d];
-    return n;
-}
-
-/** Element offset of the i-th element (row-major order) of v. */
-static int64_t off_of(const em_view *v, int64_t i) {
-    int64_t o = v->offset;
-    for (int d = v->rank - 1; d >= 0; d--) {
-        o += (i % v->shape[d]) * v->strides[d];
-        i /= v->shape[d];
-    }
-    return o;
-}
-
-/* ---- input layouts ---- */
-
-enum { L_DENSE, L_T_LAST, L_REVERSE, L_NHWC, L_SLICE, L_BCAST, L_FLIP, L_FLIP0, L_COUNT };
-static const char *LNAMES[] = {"dense", "transpose", "reverse", "nhwc",
-                               "slice", "bcast", "flip",    "flip0"};
+#include "cpu_test_lines.h"
 
 /** A view of `shape` with layout lay over a fresh buffer (*buf, to free) of random values. */
 static em_view make_input(em_dtype dt, int rank, const int64_t *shape, int lay, void **buf,
                           bool nan) {
-    em_view v;
-    memset(&v, 0, sizeof v);
-    v.dtype = dt;
-    v.rank = rank;
-    for (int d = 0; d < rank; d++) v.shape[d] = shape[d];
-    int perm[EM_MAX_RANK];
-    for (int d = 0; d < rank; d++) perm[d] = d;
-    if (lay == L_T_LAST && rank >= 2) perm[rank - 1] = rank - 2, perm[rank - 2] = rank - 1;
-    if (lay == L_REVERSE)
-        for (int d = 0; d < rank; d++) perm[d] = rank - 1 - d;
-    if (lay == L_NHWC && rank == 4) perm[0] = 0, perm[1] = 3, perm[2] = 1, perm[3] = 2;
-    /* storage position k holds view dim perm[k] (k = rank - 1 innermost); a slice steps by 2
-     * through its innermost storage dim */
-    int64_t st[EM_MAX_RANK], s = 1;
-    for (int k = rank - 1; k >= 0; k--) {
-        int d = perm[k];
-        int64_t mult = lay == L_SLICE && k == rank - 1 ? 2 : 1;
-        st[d] = s * mult;
-        s *= (shape[d] > 0 ? shape[d] : 1) * mult;
-    }
-    int64_t total = s + 8; /* room for the slice's offset */
-    for (int d = 0; d < rank; d++) v.strides[d] = st[d];
-    if (lay == L_SLICE) v.offset = 3;
-    if (lay == L_BCAST && rank >= 1) v.strides[rank > 1 ? 1 : 0] = 0;
-    if ((lay == L_FLIP || lay == L_FLIP0) && rank >= 1) {
-        int d = lay == L_FLIP ? rank - 1 : 0;
-        v.offset += (shape[d] > 0 ? shape[d] - 1 : 0) * v.strides[d];
-        v.strides[d] = -v.strides[d];
-    }
+    int64_t total;
+    em_view v = lines_view(dt, rank, shape, lay, &total);
     *buf = calloc((size_t)total + 64, esz(dt));
     for (int64_t i = 0; i < total; i++) ct_store(*buf, dt, i, urand() * 3);
     if (nan && total > 5) ct_store(*buf, dt, total / 2, NAN);
@@ -131,59 +74,8 @@ static em_view make_output(em_dtype dt, const em_view *in, int dim, bool gaps, v
     return v;
 }
 
-/** Same shape as in, dense, or with the last two dims transposed in storage plus gaps. */
-static em_view make_same(em_dtype dt, const em_view *in, bool strided, void **buf) {
-    em_view v = ct_dense(NULL, dt, in->rank, in->shape);
-    int64_t n = numel(in);
-    if (strided && in->rank >= 2) {
-        int r = in->rank;
-        int64_t s = 1;
-        int order[EM_MAX_RANK];
-        for (int d = 0; d < r; d++) order[d] = d;
-        order[r - 1] = r - 2, order[r - 2] = r - 1;
-        for (int k = r - 1; k >= 0; k--) {
-            v.strides[order[k]] = s * (k == r - 1 ? 3 : 1);
-            s *= in->shape[order[k]] * (k == r - 1 ? 3 : 1);
-        }
-        n = s;
-        v.offset = 2;
-    }
-    *buf = calloc((size_t)(n + 16), esz(dt));
-    v.buf = *buf;
-    return v;
-}
-
 static double tol_of(em_dtype dt) {
     return dt == EM_F64 ? 1e-12 : dt == EM_F32 ? 2e-5 : dt == EM_F16 ? 4e-3 : 2e-2;
-}
-
-static int fails = 0;
-
-static void compare(const char *what, const em_view *a, const em_view *b, double tol) {
-    int64_t n = numel(a);
-    for (int64_t i = 0; i < n; i++) {
-        double x = ct_load(a->buf, a->dtype, off_of(a, i));
-        double y = ct_load(b->buf, b->dtype, off_of(b, i));
-        bool ok = (x != x && y != y) || x == y || fabs(x - y) <= tol * (1 + fabs(y));
-        if (!ok) {
-            if (fails++ < 20)
-                print_error("%s: element %lld: cpu %.9g, ref %.9g\n", what, (long long)i, x, y);
-            return;
-        }
-    }
-}
-
-static const cpu_kernels *levels[CPU_ISA_COUNT];
-static int nlevels;
-static const em_backend_ops *ref;
-
-static void setup_levels(void) {
-    ref = em_backend_get(EM_BACKEND_REF);
-    assert_non_null(ref);
-    nlevels = 0;
-    for (int l = 0; l <= cpu_isa_best(); l++)
-        if (cpu_kernels_of(l)) levels[nlevels++] = cpu_kernels_of(l);
-    assert_true(nlevels >= 1);
 }
 
 static const int64_t SHAPES[][5] = {
@@ -227,7 +119,7 @@ static void reduce_all(void **state) {
                             snprintf(what, sizeof what, "reduce op %d %s shape #%d %s dim %d %s",
                                      op, dt_name(dt), si, LNAMES[lay], dim,
                                      cpu_isa_name(levels[l]->isa));
-                            compare(what, &co, &ro, arg ? 0 : tol_of(dt));
+                            compare(what, &co, &ro, arg ? 0 : tol_of(dt), 1);
                             free(cb);
                         }
                         free(rb);
@@ -275,7 +167,7 @@ static void lines_all(void **state) {
                                      kind == 2 ? "cumsum" : kind ? "log_softmax" : "softmax",
                                      dt_name(dt), si, LNAMES[lay], dim,
                                      cpu_isa_name(levels[l]->isa));
-                            compare(what, &co, &ro, tol_of(dt));
+                            compare(what, &co, &ro, tol_of(dt), 1);
                             free(cb);
                         }
                         free(rb);
