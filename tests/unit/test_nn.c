@@ -793,7 +793,8 @@ static void test_no_grad(void **state) {
         assert_false(em_tensor_is_tracked(y));
         assert_true(em_tensor_device(y).autodiff);
         size_t ybytes = 128 * 32 * sizeof(float);
-        if (after.bytes_in_use - before.bytes_in_use > ybytes + 4096)
+        /* em_device_memory counts what tensors hold (the tiny-buffer cache handed back) */
+        if (after.bytes_in_use - before.bytes_in_use != ybytes)
             fail_msg("%s: a no-grad forward kept %zu bytes, its output is %zu",
                      em_backend_name(inner.backend), after.bytes_in_use - before.bytes_in_use,
                      ybytes);
