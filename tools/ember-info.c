@@ -46,7 +46,7 @@ static int list_slots(const em_backend_ops *o, slot *out, int cap) {
         S(adaptive_avg_pool2d_backward, 0),
         S(unary_backward, 0), S(adam_step, 0),
         S(batch_norm, 0),    S(batch_norm_backward, 0), S(group_norm, 0), S(rms_norm, 0),
-        S(cumulative, EM_CUM_COUNT),
+        S(cumulative, EM_CUM_COUNT), S(sdpa, 0), S(sdpa_backward, 0),
     };
 #undef S
     int n = (int)(sizeof all / sizeof all[0]);
