@@ -26,73 +26,8 @@
 
 /* ---- the golden file ---- */
 
-typedef struct garr {
-    char name[64];
-    int64_t n;
-    double *v;
-} garr;
-
-static garr *G;
-static size_t NG;
-
-static int load_golden(void **state) {
-    (void)state;
-    char path[1024];
-    snprintf(path, sizeof path, "%s", __FILE__);
-    char *slash = strrchr(path, '/');
-    if (!slash) return -1;
-    *slash = '\0'; /* .../tests/unit */
-    slash = strrchr(path, '/');
-    if (!slash) return -1;
-    snprintf(slash, sizeof path - (size_t)(slash - path), "/nn/golden_models.txt");
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        print_error("cannot open %s\n", path);
-        return -1;
-    }
-    size_t cap = 0;
-    char name[64];
-    int c;
-    while ((c = fgetc(f)) != EOF) {
-        if (c == '#') {
-            while ((c = fgetc(f)) != EOF && c != '\n') {}
-            continue;
-        }
-        if (c == '\n') continue;
-        ungetc(c, f);
-        long long n;
-        if (fscanf(f, "%63s %lld", name, &n) != 2) break;
-        if (NG == cap) {
-            cap = cap ? 2 * cap : 16;
-            G = realloc(G, cap * sizeof *G);
-        }
-        garr *a = &G[NG++];
-        snprintf(a->name, sizeof a->name, "%s", name);
-        a->n = n;
-        a->v = malloc((size_t)(n ? n : 1) * sizeof(double));
-        for (long long i = 0; i < n; i++)
-            if (fscanf(f, "%lf", &a->v[i]) != 1) {
-                fclose(f);
-                return -1;
-            }
-    }
-    fclose(f);
-    return NG > 0 ? 0 : -1;
-}
-
-static int free_golden(void **state) {
-    (void)state;
-    for (size_t i = 0; i < NG; i++) free(G[i].v);
-    free(G);
-    return 0;
-}
-
-static const garr *gget(const char *name) {
-    for (size_t i = 0; i < NG; i++)
-        if (strcmp(G[i].name, name) == 0) return &G[i];
-    fail_msg("golden array %s missing", name);
-    return NULL;
-}
+#define NN_GOLDEN_FILE "golden_models.txt"
+#include "nn_golden.h"
 
 #define OK(call) assert_int_equal((call), EM_OK)
 
