@@ -5,6 +5,15 @@ torch.utils.checkpoint.checkpoint_sequential, its peak memory and time, and the 
 
 Usage: /usr/bin/python3 bench/checkpoint_torch.py [--batch 4096] [--width 1024] [--layers 16]
            [--act relu|gelu] [--segments L/2] [--rounds 1] [--threads 1]
+       /usr/bin/python3 bench/checkpoint_torch.py --model gpt|resnet|mlp [--regions 2]
+           [--layers L] [--rounds 5] [--threads 1]
+
+--model runs the PyTorch twin of `ember-bench checkpoint --model` (the GPT, ResNet or MLP of
+bench/models_vs_torch.py, with its sizes; --layers sets the GPT's blocks or the MLP's layers):
+a training step (forward, cross-entropy, backward, optimizer step) without checkpointing and
+with torch.utils.checkpoint around every --regions blocks (transformer blocks, residual
+blocks, Linear + GELU layers; use_reentrant=False, so that segments whose input needs no grad
+work), peak memory as below, and the ratios.
 
 The model is ember's: `layers` Linear(width, width) layers with a ReLU (or the exact GELU)
 between them (none after the last), batch `batch`, float32, loss = sum of the output, every leaf (the input included)
@@ -97,6 +106,76 @@ def step(model, x, segments):
     return secs, cpu, peak, float(loss), first.weight.grad.clone()
 
 
+def model_step(inst, regions):
+    """One training step of a models_vs_torch twin, checkpointing every `regions` blocks
+    (0: none): (wall seconds, peak bytes, loss)."""
+    from torch.utils.checkpoint import checkpoint
+    import torch.nn.functional as F
+    m, x, y, opt = inst
+    opt.zero_grad(set_to_none=True)
+    before = reset_peak()
+    t0 = time.perf_counter()
+
+    def run(blocks, h):
+        if not regions:
+            for b in blocks:
+                h = b(h)
+            return h
+        for i in range(0, len(blocks), regions):
+            seg = torch.nn.Sequential(*blocks[i:i + regions])
+            h = checkpoint(seg, h, use_reentrant=False)
+        return h
+
+    if hasattr(m, "h"):  # GPT
+        B, T = x.size()
+        pos = torch.arange(0, T, dtype=torch.long)
+        h = run(list(m.h), m.wte(x) + m.wpe(pos))
+        logits = m.lm_head(m.ln_f(h)).view(B * T, -1)
+    elif hasattr(m, "layers"):  # ResNet
+        h = F.relu(m.bn1(m.conv1(x)))
+        h = run(list(m.layers), h)
+        logits = m.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
+    else:  # MLP: Linear + GELU pairs, then the last Linear
+        mods = list(m)
+        pairs = [torch.nn.Sequential(mods[i], mods[i + 1]) for i in range(0, len(mods) - 1, 2)]
+        logits = mods[-1](run(pairs, x))
+    loss = F.cross_entropy(logits, y)
+    del logits
+    loss.backward()
+    opt.step()
+    secs = time.perf_counter() - t0
+    return secs, status_kib("VmHWM") * 1024 - before, float(loss)
+
+
+def main_models(a):
+    import models_vs_torch as mvt
+    if a.layers_set:
+        mvt.GPT_CFG["layers"] = mvt.MLP_CFG["layers"] = a.layers
+    ember_ctypes.torch_threads(torch, a.threads)
+    insts = [mvt.torch_instance(a.model, True) for _ in range(2)]
+    regions = (0, a.regions)
+    for k in range(2):
+        model_step(insts[k], regions[k])
+    times, peaks, losses = ([], []), [0, 0], [0.0, 0.0]
+    for r in range(a.rounds):
+        for j in range(2):
+            k = (r + j) % 2
+            secs, peak, loss = model_step(insts[k], regions[k])
+            times[k].append(secs)
+            peaks[k] = max(peaks[k], peak)
+            losses[k] = loss
+    t = [median(v) for v in times]
+    cfg = {"gpt": mvt.GPT_CFG, "resnet": mvt.RES_CFG, "mlp": mvt.MLP_CFG}[a.model]
+    print("checkpoint_torch: %s %s, torch %s, %d thread(s), %d round(s) after a warm-up step"
+          % (a.model, cfg, torch.__version__, a.threads, a.rounds))
+    for k in range(2):
+        label = "plain" if not k else "checkpoint every %d blocks" % a.regions
+        print("  %-34s peak %9.2f MiB   time %8.2f ms   loss %.6g"
+              % (label, mib(peaks[k]), 1e3 * t[k], losses[k]))
+    print("  ratio regions / plain   peak %.3f   time %.3f"
+          % (peaks[1] / peaks[0] if peaks[0] else float("nan"), t[1] / t[0] if t[0] else 0.0))
+
+
 def median(v):
     v = sorted(v)
     n = len(v)
@@ -117,7 +196,16 @@ def main():
                     help="checkpoint_sequential segments (default layers/2: two layers each)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", choices=("gpt", "resnet", "mlp"))
+    ap.add_argument("--regions", type=int, default=2)
     a = ap.parse_args()
+    if a.model:
+        import sys as _sys
+        a.layers_set = "--layers" in _sys.argv
+        if a.rounds == 1:
+            a.rounds = 5
+        main_models(a)
+        return
     segments = a.segments or max(1, a.layers // 2)
     ember_ctypes.torch_threads(torch, a.threads)
     start = time.perf_counter()
