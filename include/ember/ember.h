@@ -838,6 +838,36 @@ bool em_set_grad_enabled(bool enabled);
 /** Whether this thread records (see em_set_grad_enabled). */
 bool em_is_grad_enabled(void);
 
+/** Opens a checkpoint region on this thread (torch.utils.checkpoint). Regions nest: the
+ *  region lasts until the em_checkpoint_end matching the outermost begin, and a region open
+ *  while recording is off (em_set_grad_enabled) changes nothing. Ops recorded until then keep
+ *  nothing for backward: the values their backward rules read are recomputed during backward
+ *  from the region's inputs (tensors made before the region began, leaves, and values kept
+ *  outside it), on any device and under either strategy. The rules:
+ *    - Every op of the region is recomputed, compute-bound ones (matmul, conv, attention)
+ *      included, with its own forward, so gradients are the same bits as without the region.
+ *      A recomputed value is freed as soon as the last rule that reads it has run.
+ *    - The region's inputs are kept as an op outside it would keep them (DISABLED: saved;
+ *      BALANCED: kept or recomputable, saved otherwise): what a region costs until backward
+ *      is its inputs.
+ *    - A value made in the region is held only while a handle of it lives (that memory is the
+ *      handle's anyway; a backward run meanwhile reads it) and recomputed after that. An op
+ *      recorded after the region that reads it follows its own strategy: DISABLED saves it
+ *      (as it saves any input its rule reads), BALANCED recomputes it.
+ *    - Random ops replay: em_dropout's mask and the em_rand_* tensors made in a region are
+ *      constants of the graph (saved, not drawn again), and scaled_dot_product_attention's
+ *      dropout is recomputed from the seed it recorded.
+ *    - An op with no recompute (batch_norm's training forward, which updates the running
+ *      statistics) keeps what its rule reads and its output is saved where a later op reads
+ *      it, as DISABLED does.
+ *  em_backward inside an open region is EM_ERR_STATE. */
+em_status em_checkpoint_begin(void);
+/** Ends the innermost open checkpoint region of this thread. EM_ERR_STATE when none is open. */
+em_status em_checkpoint_end(void);
+/** em_checkpoint_begin, fn(ctx), em_checkpoint_end: the region ends even when fn fails, and
+ *  fn's status (its message in em_last_error) is returned. EM_ERR_ARG for NULL fn. */
+em_status em_checkpoint_run(em_status (*fn)(void *ctx), void *ctx);
+
 /** Computes the gradients of loss (a tracked tensor with one element) with respect to every
  *  leaf that requires grad, into *out (release with em_grads_release). The tape is freed: a
  *  second backward through the same graph is EM_ERR_STATE. EM_ERR_STATE also for an untracked

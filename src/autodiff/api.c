@@ -1,4 +1,6 @@
 /* api.c — the public autodiff calls on tensors. */
+#include <limits.h>
+
 #include "autodiff/tape_impl.h"
 
 static _Thread_local bool emi_no_grad; /* false: recording, the default of every thread */
@@ -45,3 +47,34 @@ em_status em_tensor_detach(const em_tensor *t, em_tensor **out) {
     return emi_ad_untracked_view(t, out);
 }
 
+
+/* ---- checkpoint regions ---- */
+
+static _Thread_local int emi_region_depth; /* regions open on this thread (they nest) */
+
+bool emi_ad_in_region(void) { return emi_region_depth > 0; }
+
+em_status em_checkpoint_begin(void) {
+    if (emi_region_depth == INT_MAX)
+        return emi_fail(EM_ERR_STATE, "em_checkpoint_begin: %d checkpoint regions are already "
+                        "open on this thread", INT_MAX);
+    emi_region_depth++;
+    return EM_OK;
+}
+
+em_status em_checkpoint_end(void) {
+    if (emi_region_depth == 0)
+        return emi_fail(EM_ERR_STATE, "em_checkpoint_end: no checkpoint region is open on this "
+                        "thread (every em_checkpoint_begin was already ended)");
+    emi_region_depth--;
+    return EM_OK;
+}
+
+em_status em_checkpoint_run(em_status (*fn)(void *ctx), void *ctx) {
+    if (!fn) return emi_fail(EM_ERR_ARG, "em_checkpoint_run: fn is NULL");
+    EMI_TRY(em_checkpoint_begin());
+    em_status s = fn(ctx);
+    /* the region ends on every path; fn's error (and its message) wins */
+    em_status e = em_checkpoint_end();
+    return s != EM_OK ? s : e;
+}

@@ -71,6 +71,9 @@ em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tens
  *  and the dtype is float; for other dtypes it only gets the device's mark. */
 em_status emi_ad_created(em_tensor *t, em_device dev);
 
+/** True when this thread has a checkpoint region open (em_checkpoint_begin). */
+bool emi_ad_in_region(void);
+
 /** True when t is part of a graph. */
 static inline bool emi_ad_tracked(const em_tensor *t) { return t->ad != NULL; }
 /** True when gradients may flow through t: the result of a recorded op, or a leaf that

@@ -558,6 +558,10 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
     static const char fn[] = "em_backward";
     EMI_TRY(emi_check_tensor(fn, "loss", loss));
     EMI_TRY(emi_check_out(fn, out));
+    /* a region still open here is most likely an em_checkpoint_end that was missed */
+    if (emi_ad_in_region())
+        return emi_fail(EM_ERR_STATE, "%s: called inside a checkpoint region (end it first "
+                        "with em_checkpoint_end)", fn);
     if (!loss->ad)
         return emi_fail(EM_ERR_STATE, "%s: the loss is not tracked (its inputs must live on an "
                         "autodiff device, e.g. ref+autodiff)", fn);

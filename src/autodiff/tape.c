@@ -109,12 +109,19 @@ void emi_ad_share(em_tensor *v, const em_tensor *t) {
     if (v->ad) atomic_fetch_add_explicit(&v->ad->refs, 1, memory_order_relaxed);
 }
 
+/* A node recorded in a checkpoint region that has a forward can always be recomputed: what
+ * it reads from outside the region was saved or claimed when it was recorded (emi_ad_end),
+ * and what it reads from inside is recomputable in turn. */
+static bool emi_region_recomputable(const emi_ad_node *p) {
+    return p && p->region && p->rule && p->rule->forward;
+}
+
 /* BALANCED: says that a backward rule will read node p's value. True when the value will be
  * there: kept, or recomputable by p's forward from values that will be there (those are then
  * claimed too, so that a kept one is not dropped). False when the caller must save the value
  * itself: p's forward is NULL, or the recompute would need a kept output already dropped. */
 static bool emi_claim(emi_ad_node *p) {
-    if (p->claimed) return true;
+    if (p->claimed || emi_region_recomputable(p)) return true;
     if (p->value) {
         p->claimed = true;
         return true;
@@ -150,6 +157,7 @@ static size_t emi_recompute_only_bytes(const emi_ad_node *p, const em_tensor *t)
  * of values that p saved for nothing else, false, so that the caller saves t itself (p then
  * lets those go when its last handle does, emi_ad_release). */
 static bool emi_claim_input(emi_ad_node *p, const em_tensor *t) {
+    if (emi_region_recomputable(p)) return true; /* what it saved, the region needs anyway */
     if (!p->claimed && !p->value && p->rule && p->rule->forward && !p->rule->compute_bound &&
         !p->dropped) {
         size_t cost = emi_recompute_only_bytes(p, t);
@@ -190,6 +198,7 @@ em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tens
     if (psize) memcpy(node->params, params, psize);
     node->psize = psize;
     bool balanced = op->strategy == EM_CKPT_BALANCED;
+    node->region = emi_ad_in_region();
     em_status s = EM_OK;
     for (int i = 0; i < n && s == EM_OK; i++) {
         const em_tensor *t = ins[i];
@@ -210,7 +219,16 @@ em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tens
         /* A value that cannot be recomputed is saved when a rule may need it (a memory-bound
          * op may be recomputed: it keeps such inputs even when its own rule reads none). */
         bool fixed = !parent || !parent->rule || !parent->rule->forward;
-        if (!balanced) {
+        if (node->region) {
+            /* In a checkpoint region, a node with a forward may be recomputed, so it keeps
+             * every input it cannot recompute: the region's inputs (values made outside it,
+             * saved, or under BALANCED claimed where that keeps them) and values with no
+             * recompute; one made inside is recomputed. A node with no forward is never
+             * recomputed: it keeps only what its rule reads. */
+            if ((needed || rule->forward) && !emi_region_recomputable(parent) &&
+                (fixed || !balanced || !emi_claim_input(parent, t)))
+                s = emi_save(t, &in->value);
+        } else if (!balanced) {
             if (needed) s = emi_save(t, &in->value);
         } else if (fixed && (needed || !rule->compute_bound)) {
             s = emi_save(t, &in->value);
@@ -222,10 +240,19 @@ em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tens
     /* BALANCED keeps a compute-bound op's output until its last handle goes unclaimed
      * (emi_ad_release); a memory-bound op whose rule reads its own output keeps it only
      * when it cannot be recomputed */
-    if (s == EM_OK && ((!balanced && (rule->needs & EMI_NEED_OUT)) ||
-                       (balanced && rule->compute_bound)))
+    if (node->region) {
+        /* a region's output is held while a handle holds it (that memory is the handle's
+         * anyway), so that a backward run meanwhile reads it, and let go with the handle
+         * (emi_ad_release): it is recomputed after that. An op with no forward keeps what its
+         * rule reads, as DISABLED does. */
+        if (s == EM_OK && (rule->forward || (rule->needs & EMI_NEED_OUT)))
+            s = emi_save(out, &node->value);
+    } else if (s == EM_OK && ((!balanced && (rule->needs & EMI_NEED_OUT)) ||
+                              (balanced && rule->compute_bound))) {
         s = emi_save(out, &node->value);
-    if (s == EM_OK && balanced && !rule->compute_bound && (rule->needs & EMI_NEED_OUT)) {
+    }
+    if (s == EM_OK && !node->region && balanced && !rule->compute_bound &&
+        (rule->needs & EMI_NEED_OUT)) {
         bool recomputable = rule->forward != NULL;
         for (int i = 0; i < n && recomputable; i++) {
             emi_ad_input *in = &node->in[i];
@@ -293,6 +320,14 @@ void emi_ad_node_release(emi_ad_node *n) {
 void emi_ad_release(em_tensor *t) {
     emi_ad_node *n = t->ad;
     t->ad = NULL;
+    /* a checkpoint region's value goes with its handle: it is recomputed where a rule reads
+     * it, and it keeps what it saved (the region needs that to recompute) */
+    if (n && n->region && !n->done && n->rule && n->rule->forward) {
+        em_tensor_release(n->value);
+        n->value = NULL;
+        emi_ad_node_release(n);
+        return;
+    }
     /* BALANCED: the output of a compute-bound op whose handle goes before any rule claimed
      * it is not kept: what a later op needs from it is then saved by that op (emi_claim), and
      * an output nobody reads (the last matmul's, before a loss) costs nothing */

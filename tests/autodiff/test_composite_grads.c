@@ -10,7 +10,9 @@
  * EM_CKPT_BALANCED; every float input requires grad, the intermediates are released before
  * em_backward (the tape alone must keep what backward needs), and the loss and gradients must
  * match the golden ones to ~1e-9. On each device the BALANCED gradients must equal the
- * DISABLED ones bit for bit (the two strategies run the same backward code).
+ * DISABLED ones bit for bit (the two strategies run the same backward code), and so must
+ * those of each strategy with the whole forward in a checkpoint region (two nested ones, the
+ * inner one around the builder alone), where every value is recomputed from the inputs.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -413,12 +415,14 @@ static int compare(char **rep, const char *where, const char *what, const double
 }
 
 /* Runs composite gc on dev: the loss and the gradients of its f64 inputs (into grads[i],
- * malloc'd, NULL for other inputs) against the golden data. Returns the number of problems,
- * reported into *rep. */
-static int run_on(const gcase *gc, builder build, em_device dev, double **grads, char **rep) {
+ * malloc'd, NULL for other inputs) against the golden data; with `region`, the inputs are
+ * made outside a checkpoint region and the forward runs in two nested ones. Returns the
+ * number of problems, reported into *rep. */
+static int run_on(const gcase *gc, builder build, em_device dev, bool region, double **grads,
+                  char **rep) {
     char where[160], devname[64];
     if (em_device_name(dev, devname, sizeof devname) != EM_OK) strcpy(devname, "?");
-    snprintf(where, sizeof where, "%s on %s", gc->name, devname);
+    snprintf(where, sizeof where, "%s on %s%s", gc->name, devname, region ? " in a region" : "");
     em_tensor *in[MAX_INPUTS] = {0};
     int problems = 0;
     for (int i = 0; i < gc->nin; i++) {
@@ -443,7 +447,15 @@ static int run_on(const gcase *gc, builder build, em_device dev, double **grads,
     if (!problems) {
         a->gc = gc;
         a->in = in;
+        if (region) {
+            assert_int_equal(em_checkpoint_begin(), EM_OK);
+            assert_int_equal(em_checkpoint_begin(), EM_OK);
+        }
         loss = build(a);
+        if (region) {
+            assert_int_equal(em_checkpoint_end(), EM_OK);
+            assert_int_equal(em_checkpoint_end(), EM_OK);
+        }
         if (a->failed) {
             report(rep, "  %s: forward: %s", where, a->what);
             problems++;
@@ -513,10 +525,10 @@ static int run_on(const gcase *gc, builder build, em_device dev, double **grads,
     return problems;
 }
 
-/* DISABLED and BALANCED gradients on one device must be the same bits: BALANCED recomputes
- * values with the same kernels, and both run the same backward code. */
-static int compare_strategies(const gcase *gc, const char *devname, double **dis, double **bal,
-                              char **rep) {
+/* DISABLED and BALANCED gradients on one device must be the same bits: BALANCED and regions
+ * recompute values with the same kernels, and all run the same backward code. */
+static int compare_strategies(const gcase *gc, const char *devname, const char *what,
+                              double **dis, double **bal, char **rep) {
     int problems = 0;
     for (int i = 0; i < gc->nin; i++) {
         if (!dis[i] || !bal[i]) continue;
@@ -527,9 +539,9 @@ static int compare_strategies(const gcase *gc, const char *devname, double **dis
             if (!same && !bad++) first = j;
         }
         if (bad) {
-            report(rep, "  %s on %s: grad of %s: BALANCED differs from DISABLED at %zu of %zu "
-                   "values; first [%zu] %.17g vs %.17g", gc->name, devname, gc->in[i].name, bad,
-                   gc->in[i].n, first, bal[i][first], dis[i][first]);
+            report(rep, "  %s on %s: grad of %s: %s differs from DISABLED at %zu of %zu "
+                   "values; first [%zu] %.17g vs %.17g", gc->name, devname, gc->in[i].name, what,
+                   bad, gc->in[i].n, first, bal[i][first], dis[i][first]);
             problems++;
         }
     }
@@ -554,7 +566,7 @@ static void run_composite(const char *name, builder build) {
     char *rep = NULL;
     int problems = 0;
     for (size_t d = 0; d < ndev; d++) {
-        double *dis[MAX_INPUTS] = {0}, *bal[MAX_INPUTS] = {0};
+        double *dis[MAX_INPUTS] = {0}, *bal[MAX_INPUTS] = {0}, *reg[MAX_INPUTS] = {0};
         em_device ad_dis, ad_bal;
         char devname[64];
         if (em_device_name(devs[d], devname, sizeof devname) != EM_OK) strcpy(devname, "?");
@@ -564,9 +576,15 @@ static void run_composite(const char *name, builder build) {
             problems++;
             continue;
         }
-        problems += run_on(gc, build, ad_dis, dis, &rep);
-        problems += run_on(gc, build, ad_bal, bal, &rep);
-        problems += compare_strategies(gc, devname, dis, bal, &rep);
+        problems += run_on(gc, build, ad_dis, false, dis, &rep);
+        problems += run_on(gc, build, ad_bal, false, bal, &rep);
+        problems += compare_strategies(gc, devname, "BALANCED", dis, bal, &rep);
+        problems += run_on(gc, build, ad_dis, true, reg, &rep);
+        problems += compare_strategies(gc, devname, "DISABLED in a region", dis, reg, &rep);
+        free_grads(reg, gc->nin);
+        problems += run_on(gc, build, ad_bal, true, reg, &rep);
+        problems += compare_strategies(gc, devname, "BALANCED in a region", dis, reg, &rep);
+        free_grads(reg, gc->nin);
         free_grads(dis, gc->nin);
         free_grads(bal, gc->nin);
     }
