@@ -848,8 +848,10 @@ bool em_is_grad_enabled(void);
  *      included, with its own forward, so gradients are the same bits as without the region.
  *      A recomputed value is freed as soon as the last rule that reads it has run.
  *    - The region's inputs are kept as an op outside it would keep them (DISABLED: saved;
- *      BALANCED: kept or recomputable, saved otherwise): what a region costs until backward
- *      is its inputs.
+ *      BALANCED: kept or recomputable, saved otherwise), except that a value made in an
+ *      earlier region is always saved, so that each region is recomputed on its own (one
+ *      region's values alive at a time during backward): what a region costs until
+ *      backward is its inputs. A nested region is part of the outermost one.
  *    - A value made in the region is held only while a handle of it lives (that memory is the
  *      handle's anyway; a backward run meanwhile reads it) and recomputed after that. An op
  *      recorded after the region that reads it follows its own strategy: DISABLED saves it

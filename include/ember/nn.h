@@ -297,6 +297,13 @@ em_status em_nn_identity(em_module **out);
  *  parameter names are "<i>.<name>", as in torch.nn.Sequential. EM_ERR_ARG when mods or an
  *  entry is NULL, a module is listed twice, or n is 0. */
 em_status em_nn_sequential(em_module *const *mods, size_t n, em_module **out);
+/** Makes seq's forward run each run of `every` consecutive children (0-1, 2-3, ... for 2; the
+ *  last run may be shorter) in one checkpoint region (em_checkpoint_begin in ember.h), as
+ *  torch.utils.checkpoint.checkpoint_sequential: until backward, seq keeps about the input of
+ *  each run, and each run's values are recomputed during backward (one forward of seq more).
+ *  Gradients are the same bits as without. 0 turns it off (the default). EM_ERR_ARG for NULL
+ *  seq, a module that is not a Sequential (named), or a negative every. */
+em_status em_sequential_set_checkpoint(em_module *seq, int every);
 /** y = x + body(x) (the output of body must have x's shape, or broadcast to it); body is the
  *  child "body". Consumes body on every path. */
 em_status em_nn_residual(em_module *body, em_module **out);

@@ -50,15 +50,18 @@ em_status em_tensor_detach(const em_tensor *t, em_tensor **out) {
 
 /* ---- checkpoint regions ---- */
 
-static _Thread_local int emi_region_depth; /* regions open on this thread (they nest) */
+static _Thread_local int emi_region_depth;    /* regions open on this thread (they nest) */
+static _Thread_local uint64_t emi_region_id;  /* the outermost open one's, 0: none */
+static _Thread_local uint64_t emi_region_last; /* the last number given */
 
-bool emi_ad_in_region(void) { return emi_region_depth > 0; }
+uint64_t emi_ad_region(void) { return emi_region_depth > 0 ? emi_region_id : 0; }
 
 em_status em_checkpoint_begin(void) {
     if (emi_region_depth == INT_MAX)
         return emi_fail(EM_ERR_STATE, "em_checkpoint_begin: %d checkpoint regions are already "
                         "open on this thread", INT_MAX);
-    emi_region_depth++;
+    /* a new outermost region is a new one: what it reads from an earlier one is its input */
+    if (emi_region_depth++ == 0) emi_region_id = ++emi_region_last;
     return EM_OK;
 }
 

@@ -71,8 +71,9 @@ em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tens
  *  and the dtype is float; for other dtypes it only gets the device's mark. */
 em_status emi_ad_created(em_tensor *t, em_device dev);
 
-/** True when this thread has a checkpoint region open (em_checkpoint_begin). */
-bool emi_ad_in_region(void);
+/** The checkpoint region open on this thread (em_checkpoint_begin): a number of its own,
+ *  shared by the regions nested in it; 0 when none is open. */
+uint64_t emi_ad_region(void);
 
 /** True when t is part of a graph. */
 static inline bool emi_ad_tracked(const em_tensor *t) { return t->ad != NULL; }

@@ -559,7 +559,7 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
     EMI_TRY(emi_check_tensor(fn, "loss", loss));
     EMI_TRY(emi_check_out(fn, out));
     /* a region still open here is most likely an em_checkpoint_end that was missed */
-    if (emi_ad_in_region())
+    if (emi_ad_region())
         return emi_fail(EM_ERR_STATE, "%s: called inside a checkpoint region (end it first "
                         "with em_checkpoint_end)", fn);
     if (!loss->ad)

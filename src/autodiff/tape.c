@@ -113,7 +113,7 @@ void emi_ad_share(em_tensor *v, const em_tensor *t) {
  * it reads from outside the region was saved or claimed when it was recorded (emi_ad_end),
  * and what it reads from inside is recomputable in turn. */
 static bool emi_region_recomputable(const emi_ad_node *p) {
-    return p && p->region && p->rule && p->rule->forward;
+    return p && p->region != 0 && p->rule && p->rule->forward;
 }
 
 /* BALANCED: says that a backward rule will read node p's value. True when the value will be
@@ -198,7 +198,7 @@ em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tens
     if (psize) memcpy(node->params, params, psize);
     node->psize = psize;
     bool balanced = op->strategy == EM_CKPT_BALANCED;
-    node->region = emi_ad_in_region();
+    node->region = emi_ad_region();
     em_status s = EM_OK;
     for (int i = 0; i < n && s == EM_OK; i++) {
         const em_tensor *t = ins[i];
@@ -221,12 +221,14 @@ em_status emi_ad_end(const emi_ad_op *op, const emi_ad_rule *rule, const em_tens
         bool fixed = !parent || !parent->rule || !parent->rule->forward;
         if (node->region) {
             /* In a checkpoint region, a node with a forward may be recomputed, so it keeps
-             * every input it cannot recompute: the region's inputs (values made outside it,
-             * saved, or under BALANCED claimed where that keeps them) and values with no
-             * recompute; one made inside is recomputed. A node with no forward is never
+             * every input it cannot recompute: the region's inputs (values made outside it:
+             * saved; under BALANCED, claimed where that keeps them, but an earlier region's
+             * value is always saved, so that the two are recomputed apart) and values with
+             * no recompute; one made inside is recomputed. A node with no forward is never
              * recomputed: it keeps only what its rule reads. */
-            if ((needed || rule->forward) && !emi_region_recomputable(parent) &&
-                (fixed || !balanced || !emi_claim_input(parent, t)))
+            bool inside = emi_region_recomputable(parent) && parent->region == node->region;
+            if ((needed || rule->forward) && !inside &&
+                (fixed || !balanced || parent->region != 0 || !emi_claim_input(parent, t)))
                 s = emi_save(t, &in->value);
         } else if (!balanced) {
             if (needed) s = emi_save(t, &in->value);

@@ -38,8 +38,9 @@ struct emi_ad_node {
                                  will be there (kept, or recomputable from claimed values) */
     bool dropped;             /* BALANCED: what a recompute needs was let go: not
                                  recomputable (emi_ad_release) */
-    bool region;              /* recorded in a checkpoint region: its value is kept only
-                                 while a handle holds it, and recomputed otherwise */
+    uint64_t region;          /* the checkpoint region it was recorded in (0: none): its
+                                 value is kept only while a handle holds it, and recomputed
+                                 otherwise */
     /* backward scratch */
     em_tensor *grad;          /* accumulated gradient of the output */
     em_tensor *cache;         /* a recomputed output value */

@@ -514,17 +514,39 @@ em_status em_nn_embedding(int64_t num_embeddings, int64_t dim, em_module_opts *o
 
 /* ---- Sequential, Residual ---- */
 
+typedef struct seq_data {
+    int every; /* children per checkpoint region, 0: none (em_sequential_set_checkpoint) */
+} seq_data;
+
 static em_status sequential_forward(em_module *self, const em_tensor *x, bool training,
                                     em_tensor **y) {
+    const seq_data *d = em_module_data(self);
     em_tensor *cur = NULL;
     NN_TRY(em_tensor_alias(x, &cur)); /* in a tensor scope, no child: a handle of y's own */
     size_t n = em_module_child_count(self);
-    for (size_t i = 0; i < n; i++) {
+    size_t every = d && d->every > 0 ? (size_t)d->every : 0;
+    em_status s = EM_OK;
+    bool open = false;
+    for (size_t i = 0; i < n && s == EM_OK; i++) {
+        /* children [i, i + every) run in one region: what it keeps is its input, cur */
+        if (every && i % every == 0) {
+            s = em_checkpoint_begin();
+            if (s != EM_OK) break;
+            open = true;
+        }
         em_tensor *next = NULL;
-        em_status s = em_module_forward(em_module_child_at(self, i), cur, training, &next);
+        s = em_module_forward(em_module_child_at(self, i), cur, training, &next);
         em_tensor_release(cur);
-        if (s != EM_OK) return s;
         cur = next;
+        if (open && (s != EM_OK || (i + 1) % every == 0 || i + 1 == n)) {
+            open = false;
+            em_status e = em_checkpoint_end();
+            if (s == EM_OK) s = e;
+        }
+    }
+    if (s != EM_OK) {
+        em_tensor_release(cur);
+        return s;
     }
     *y = cur;
     return EM_OK;
@@ -536,7 +558,20 @@ static void sequential_describe(const em_module *self, char *buf, size_t cap) {
 }
 
 static const em_module_class sequential_class = {"Sequential", sequential_forward,
-                                                 sequential_describe, NULL};
+                                                 sequential_describe, free};
+
+em_status em_sequential_set_checkpoint(em_module *seq, int every) {
+    static const char fn[] = "em_sequential_set_checkpoint";
+    if (!seq) return nn_null(fn, "seq");
+    if (nn_module_class(seq) != &sequential_class)
+        return em_backend_set_error(EM_ERR_ARG, "%s: the module is a %s, not a Sequential", fn,
+                                    em_module_type(seq));
+    if (every < 0)
+        return em_backend_set_error(EM_ERR_ARG, "%s: every must be >= 0 (0: no regions), got %d",
+                                    fn, every);
+    ((seq_data *)em_module_data(seq))->every = every;
+    return EM_OK;
+}
 
 em_status em_nn_sequential(em_module *const *mods, size_t n, em_module **out) {
     static const char fn[] = "em_nn_sequential";
@@ -553,7 +588,7 @@ em_status em_nn_sequential(em_module *const *mods, size_t n, em_module **out) {
                                              i, j);
         }
     em_module *m = NULL;
-    if (s == EM_OK) s = em_module_create(&sequential_class, NULL, &m);
+    if (s == EM_OK) s = nn_new(fn, &sequential_class, sizeof(seq_data), &m, NULL);
     size_t i = 0;
     for (; s == EM_OK && i < n; i++) {
         char name[24];

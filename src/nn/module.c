@@ -51,6 +51,8 @@ void *em_module_data(const em_module *m) { return m ? m->data : NULL; }
 
 const char *em_module_type(const em_module *m) { return m ? m->cls->name : NULL; }
 
+const em_module_class *nn_module_class(const em_module *m) { return m ? m->cls : NULL; }
+
 void em_module_describe(const em_module *m, char *buf, size_t cap) {
     if (!buf || cap == 0) return;
     buf[0] = '\0';

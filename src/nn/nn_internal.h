@@ -47,6 +47,9 @@ em_status nn_context(em_status s, const char *fmt, ...)
 #endif
     ;
 
+/** The class m was made with (module.c). */
+const em_module_class *nn_module_class(const em_module *m);
+
 /* layers.c: what every layer's constructor uses */
 /** A seed for the k-th tensor of a module (splitmix64 of seed and k). */
 uint64_t nn_derive(uint64_t seed, uint64_t k);
