@@ -33,8 +33,11 @@ static const bench_cmd COMMANDS[] = {
      "ns per em_add of two 1-element f32 tensors: public API vs the ref kernel called directly",
      cmd_dispatch},
     {"checkpoint",
-     "[--batch 4096] [--width 1024] [--layers 16] [--act relu|gelu] [--rounds 1] [--device D]",
-     "peak memory and time of an MLP's forward + backward: BALANCED vs DISABLED checkpointing",
+     "[--batch 4096] [--width 1024] [--layers 16] [--act relu|gelu] [--rounds 1] [--device D]\n"
+     "             | --model gpt|resnet|mlp [--steps N] [--regions R] [ember-models' sizes]",
+     "peak memory and time of an MLP's forward + backward: BALANCED vs DISABLED checkpointing;\n"
+     "               --model: a GPT, ResNet or MLP training step (bench/models) under DISABLED,\n"
+     "               BALANCED and a checkpoint region every R blocks: peak bytes, RSS, time",
      cmd_checkpoint},
     {"cpu", "[--rounds 5] [--tiny] [--gemm]",
      "the cpu backend vs OpenBLAS, plain C loops and ref (PyTorch: bench/cpu_vs_torch.py)",
@@ -443,7 +446,35 @@ static int ckpt_parse(int argc, char **argv, ckpt_opts *o) {
 
 static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
+/* bench/models/models.c, linked in: `ember-models MODEL --ckpt compare ...` */
+int ember_models_main(int argc, char **argv);
+
+/* checkpoint --model M [flags]: ember-models' three-way comparison of one model. */
+static int ckpt_models(int argc, char **argv, int at) {
+    char **args = calloc((size_t)argc + 4, sizeof *args);
+    if (!args) return 1;
+    int n = 0;
+    args[n++] = "ember-bench checkpoint";
+    args[n++] = argv[at + 1];
+    args[n++] = "--ckpt";
+    args[n++] = "compare";
+    for (int i = 1; i < argc; i++)
+        if (i != at && i != at + 1) args[n++] = argv[i];
+    args[n] = NULL;
+    int rc = ember_models_main(n, args);
+    free(args);
+    return rc;
+}
+
 static int cmd_checkpoint(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--model") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ember-bench %s: --model needs gpt, resnet or mlp\n", argv[0]);
+                return 2;
+            }
+            return ckpt_models(argc, argv, i);
+        }
     ckpt_opts o = {4096, 1024, 16, 1, false, em_device_default()};
     if (ckpt_parse(argc, argv, &o)) return 2;
     char devname[64];

@@ -5,7 +5,8 @@
  *
  * Usage: ember-models gpt|resnet|mlp [--mode train|infer|both] [--device D] [--warmup W]
  *                     [--steps N] [--profile] [--check REF_DEVICE] [--seed S]
- *                     [--batch B] [--ckpt disabled|balanced|compare] [model sizes, see --help]
+ *                     [--batch B] [--ckpt disabled|balanced|compare] [--regions R]
+ *                     [model sizes, see --help]
  *
  * Each timed step is one forward + loss + backward + optimizer step (train) on D+autodiff, or
  * one forward to the logits (infer) on D itself (no autodiff). It prints one line per mode:
@@ -15,6 +16,9 @@
  *   prof model=gpt mode=train op=matmul calls=C ms=X pct=P
  * --check R runs two training steps and one inference forward on D and on R (e.g. ref) from
  * the same seed and prints the losses; exit 1 when they differ by more than 1e-4 (relative).
+ * --ckpt compare trains the model under DISABLED, BALANCED and DISABLED with a checkpoint
+ * region every R blocks (run_compare), in one process, and prints peak memory, what backward
+ * starts with, peak RSS and step time of each (`ember-bench checkpoint --model` runs this).
  * Exit status: 0 on success, 2 for a bad flag, 1 for any other failure.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -50,7 +54,12 @@ static double now_s(void) {
 /* Every intermediate of a step is kept here and released at its end. */
 static em_tensor **g_keep;
 static size_t g_nkeep, g_capkeep;
+/* --ckpt compare runs the steps in tensor scopes instead (g_scoped): each block's
+ * intermediates are released when the block ends, as a Python user's references die, so that
+ * a step's peak is what the tape keeps plus one block's temporaries. */
+static bool g_scoped;
 static em_tensor *keep(em_tensor *t) {
+    if (g_scoped) return t; /* the innermost scope releases it */
     if (g_nkeep == g_capkeep) {
         g_capkeep = g_capkeep ? 2 * g_capkeep : 1024;
         g_keep = realloc(g_keep, g_capkeep * sizeof *g_keep);
@@ -159,6 +168,28 @@ static em_tensor *cross_entropy(const em_tensor *logits, const em_tensor *y) {
     em_tensor *o;
     OP("cross_entropy", em_loss_cross_entropy(logits, y, &o));
     return keep(o);
+}
+
+/* ---- blocks: tensor scopes and checkpoint regions ------------------------------------------- */
+
+/* --ckpt compare's third run: every g_region_every blocks (GPT's transformer blocks, ResNet's
+ * residual blocks, the MLP's Linear + GELU layers) make one checkpoint region, as
+ * torch.utils.checkpoint around them: their activations are recomputed in backward. */
+static long g_region_every;
+
+static void block_begin(long l) {
+    if (g_region_every && l % g_region_every == 0) CK(em_checkpoint_begin());
+    if (g_scoped) CK(em_scope_begin());
+}
+
+/* x, the block's output, outlives it */
+static void block_end(em_tensor *x, long l, long nblocks) {
+    if (g_scoped) {
+        CK(em_scope_keep(x));
+        CK(em_scope_end());
+    }
+    if (g_region_every && ((l + 1) % g_region_every == 0 || l + 1 == nblocks))
+        CK(em_checkpoint_end());
 }
 
 /* ---- parameters: a set of named slots, created on the model's device ------------------------ */
@@ -305,6 +336,7 @@ static em_tensor *gpt_forward(gpt *g, const em_tensor *idx) {
     em_tensor *x = add(embedding(g->wte, idx), embedding(g->wpe, g->pos)); /* [B, T, C] */
     for (int64_t l = 0; l < c.layers; l++) {
         gpt_block *k = &g->h[l];
+        block_begin(l);
         /* causal self-attention */
         em_tensor *qkv = fwd(k->attn, fwd(k->ln1, x, "layer_norm"), "linear"); /* [B,T,3C] */
         em_tensor *parts[3];
@@ -323,6 +355,7 @@ static em_tensor *gpt_forward(gpt *g, const em_tensor *idx) {
         em_tensor *m = fwd(k->fc, fwd(k->ln2, x, "layer_norm"), "linear");
         m = fwd(k->fc_proj, fwd(k->gelu, m, "gelu"), "linear");
         x = add(x, m);
+        block_end(x, l, c.layers);
     }
     em_tensor *logits = fwd(g->lm_head, fwd(g->ln_f, x, "layer_norm"), "linear");
     return reshape(logits, (int64_t[]){B * T, c.vocab}, 2);
@@ -425,15 +458,17 @@ static void resnet_free(resnet *r) {
     em_module_release(r->fc);
 }
 
-static em_tensor *resnet_forward(resnet *r, const em_tensor *x) {
+static em_tensor *resnet_forward(resnet *r, const em_tensor *in) {
     bool tr = r->b.training;
-    x = relu(bn(&r->bstem, fwd(r->stem, x, "conv2d"), tr));
+    em_tensor *x = relu(bn(&r->bstem, fwd(r->stem, in, "conv2d"), tr));
     for (int s = 0; s < 3; s++) {
         res_block *k = &r->blocks[s];
+        block_begin(s);
         em_tensor *o = relu(bn(&k->b1, fwd(k->c1, x, "conv2d"), tr));
         o = bn(&k->b2, fwd(k->c2, o, "conv2d"), tr);
         const em_tensor *sc = k->down ? bn(&k->bd, fwd(k->down, x, "conv2d"), tr) : x;
         x = relu(add(o, sc));
+        block_end(x, s, 3);
     }
     return fwd(r->fc, flatten1(adaptive_avg_pool(x)), "linear");
 }
@@ -476,6 +511,7 @@ typedef struct config {
     model_kind kind;
     const char *kind_name, *mode, *device, *check;
     long warmup, steps;
+    long regions; /* --ckpt compare's third run: blocks a checkpoint region */
     uint64_t seed;
     gpt_cfg gpt;
     resnet_cfg res;
@@ -491,18 +527,18 @@ typedef struct instance {
     mlp m;
     em_tensor *x, *y; /* inputs and labels */
     em_optimizer *opt;
+    long regions; /* blocks a checkpoint region (0: none), see g_region_every */
 } instance;
 
 /* the checkpointing strategy of training instances (--ckpt) */
 static em_checkpointing g_ckpt = EM_CKPT_DISABLED;
-/* --ckpt compare: the step releases its intermediates once the loss is made, before
- * backward, as a Python user's go when the forward returns (only the tape keeps values then,
- * which is what the strategies differ in) */
-static bool g_release_before_backward;
-static size_t g_held_before_backward; /* bytes in use when backward began (then) */
+/* --ckpt compare measures what a step holds when backward begins (g_held_before_backward) */
+static bool g_measure;
+static size_t g_held_before_backward;
 
 static void instance_make(instance *it, config *cfg, em_device inner, bool training) {
     memset(it, 0, sizeof *it);
+    it->regions = g_region_every;
     it->cfg = cfg;
     em_device dev = inner;
     if (training) CK(em_device_autodiff(inner, g_ckpt, &dev));
@@ -536,6 +572,8 @@ static void instance_make(instance *it, config *cfg, em_device inner, bool train
     } else {
         it->m.c = cfg->mlp;
         mlp_init(&it->m);
+        /* a region every g_region_every layers: Linear + GELU are two modules */
+        if (it->regions) CK(em_sequential_set_checkpoint(it->m.net, 2 * it->regions));
         mlp_cfg c = cfg->mlp;
         CK(em_rand_normal((int64_t[]){c.batch, c.in}, 2, EM_F32, 0, 1, cfg->seed + 1000, dev,
                           &it->x));
@@ -562,17 +600,16 @@ static em_tensor *instance_forward(instance *it) {
 }
 
 /** One step; returns the loss (train) or the mean of the logits (infer). With
- *  g_release_before_backward, *fwd_peak gets the device's peak before backward (the peak is
+ *  g_measure, *fwd_peak gets the device's peak before backward (the peak is
  *  then reset: the step's peak is the larger of the two). */
 static double instance_step_ex(instance *it, size_t *fwd_peak) {
     double out = 0;
+    g_region_every = it->regions;
+    if (g_scoped) CK(em_scope_begin());
     em_tensor *logits = instance_forward(it);
     if (it->base->training) {
         em_tensor *loss = cross_entropy(logits, it->y);
-        if (g_release_before_backward) {
-            em_tensor_retain(loss);
-            release_kept();
-            keep(loss);
+        if (g_measure) {
             em_memory_stats m;
             CK(em_device_memory(it->base->inner, &m));
             g_held_before_backward = m.bytes_in_use;
@@ -597,7 +634,9 @@ static double instance_step_ex(instance *it, size_t *fwd_peak) {
         CK(em_tensor_item(m, &out));
         em_tensor_release(m);
     }
+    if (g_scoped) CK(em_scope_end());
     release_kept();
+    g_region_every = 0;
     return out;
 }
 
@@ -647,32 +686,64 @@ static void run_mode(config *cfg, em_device inner, bool training) {
     instance_free(&it);
 }
 
-/** --ckpt compare: the same model trained under DISABLED and under BALANCED, steps
- *  alternating which runs first, each step releasing its intermediates once the loss is made.
- *  Per strategy (em_device_memory, above the bytes in use before the step): peak, the step's
- *  peak (the forward's included, which holds every intermediate until the loss); held, what
- *  is in use when backward begins (the tape's saved and kept values, and the loss); and
- *  backward_peak, the peak from then on (held values, gradients, recomputed values, the
- *  optimizer's temporaries); the median step time; and the ratios BALANCED / DISABLED. The
- *  losses must be equal: the gradients are the same bits. */
+/* The process's resident set (VmRSS) or its peak (VmHWM) in bytes from /proc/self/status;
+ * 0 where there is none. */
+static size_t proc_status_bytes(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0, n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, field, n) == 0 && line[n] == ':') {
+            kb = (size_t)strtoull(line + n + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb * 1024;
+}
+
+/* Resets the process's peak resident set to the current one (Linux: clear_refs 5). */
+static bool reset_peak_rss(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return false;
+    bool ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/** --ckpt compare: the same model trained three ways — DISABLED, BALANCED, and DISABLED with
+ *  a checkpoint region every --regions blocks (torch.utils.checkpoint's use) — with steps
+ *  rotating which runs first. Each step runs in tensor scopes, so that a block's intermediates
+ *  are released when it ends, as a Python program's: only what the tape keeps outlives them.
+ *  Per run (em_device_memory, above the bytes in use before the step): peak, the step's peak
+ *  (forward, backward and optimizer); held, what is in use when backward begins (what the tape
+ *  keeps, the residual stream, the logits and the loss); backward_peak, the peak from then
+ *  on; the median step time; and rss, the growth of the process's peak resident set over one
+ *  more step after the allocator's cache went back to the system (so it counts what the step
+ *  touched, the cache and the kernels' scratch included). The losses must be equal: the
+ *  gradients are the same bits. */
 static int run_compare(config *cfg, em_device inner) {
-    static const em_checkpointing strat[2] = {EM_CKPT_DISABLED, EM_CKPT_BALANCED};
-    static const char *const sname[2] = {"disabled", "balanced"};
-    instance it[2];
-    double *t[2], loss[2] = {0, 0};
-    size_t peak[2] = {0, 0}, held[2] = {0, 0}, bwpeak[2] = {0, 0};
+    enum { NRUN = 3 };
+    static const char *const name[NRUN] = {"disabled", "balanced", "regions"};
+    static const em_checkpointing strat[NRUN] = {EM_CKPT_DISABLED, EM_CKPT_BALANCED,
+                                                 EM_CKPT_DISABLED};
+    const long regions[NRUN] = {0, 0, cfg->regions};
+    instance it[NRUN];
+    double *t[NRUN], loss[NRUN] = {0};
+    size_t peak[NRUN] = {0}, held[NRUN] = {0}, bwpeak[NRUN] = {0}, rss[NRUN] = {0};
     g_where = "compare";
-    g_release_before_backward = true;
-    for (int k = 0; k < 2; k++) {
+    g_measure = g_scoped = true;
+    for (int k = 0; k < NRUN; k++) {
         g_ckpt = strat[k];
+        g_region_every = regions[k];
         instance_make(&it[k], cfg, inner, true);
+        g_region_every = 0;
         t[k] = malloc((size_t)cfg->steps * sizeof *t[k]);
         if (!t[k]) die("malloc");
         for (long i = 0; i < cfg->warmup; i++) loss[k] = instance_step(&it[k]);
     }
     for (long i = 0; i < cfg->steps; i++)
-        for (int j = 0; j < 2; j++) {
-            int k = (int)((i + j) % 2);
+        for (int j = 0; j < NRUN; j++) {
+            int k = (int)((i + j) % NRUN);
             em_memory_stats before, after;
             CK(em_device_memory(inner, &before));
             CK(em_device_memory_reset_peak(inner));
@@ -690,30 +761,49 @@ static int run_compare(config *cfg, em_device inner) {
             size_t bp = after.peak_bytes > b0 ? after.peak_bytes - b0 : 0;
             if (bp > bwpeak[k]) bwpeak[k] = bp;
         }
+    bool has_rss = true;
+    for (int k = 0; k < NRUN; k++) {
+        CK(em_device_memory_release(inner));
+        size_t r0 = proc_status_bytes("VmRSS");
+        has_rss = has_rss && r0 && reset_peak_rss();
+        loss[k] = instance_step(&it[k]);
+        size_t r1 = proc_status_bytes("VmHWM");
+        rss[k] = r1 > r0 ? r1 - r0 : 0;
+    }
     const char *thr = getenv("EMBER_NUM_THREADS");
-    double med[2];
-    for (int k = 0; k < 2; k++) {
+    double med[NRUN];
+    for (int k = 0; k < NRUN; k++) {
         qsort(t[k], (size_t)cfg->steps, sizeof *t[k], cmp_double);
         med[k] = t[k][cfg->steps / 2];
-        printf("ckpt model=%s strategy=%s device=%s threads=%s steps=%ld median_ms=%.3f "
-               "peak_mib=%.2f held_mib=%.2f backward_peak_mib=%.2f loss=%.9g\n",
-               cfg->kind_name, sname[k], cfg->device, thr ? thr : "default", cfg->steps,
-               1e3 * med[k], (double)peak[k] / 1048576.0, (double)held[k] / 1048576.0,
-               (double)bwpeak[k] / 1048576.0, loss[k]);
+        char rs[32] = "n/a";
+        if (has_rss) snprintf(rs, sizeof rs, "%.2f", (double)rss[k] / 1048576.0);
+        printf("ckpt model=%s strategy=%s regions=%ld device=%s threads=%s steps=%ld "
+               "median_ms=%.3f peak_mib=%.2f held_mib=%.2f backward_peak_mib=%.2f "
+               "rss_mib=%s loss=%.9g\n",
+               cfg->kind_name, name[k], regions[k], cfg->device, thr ? thr : "default",
+               cfg->steps, 1e3 * med[k], (double)peak[k] / 1048576.0,
+               (double)held[k] / 1048576.0, (double)bwpeak[k] / 1048576.0, rs, loss[k]);
     }
-#define RATIO(a) ((a)[0] ? (double)(a)[1] / (double)(a)[0] : 0.0)
-    printf("ckpt model=%s ratio balanced/disabled peak=%.3f held=%.3f backward_peak=%.3f "
-           "time=%.3f same_loss=%s\n", cfg->kind_name, RATIO(peak), RATIO(held), RATIO(bwpeak),
-           med[0] > 0 ? med[1] / med[0] : 0.0, loss[0] == loss[1] ? "yes" : "NO");
+    bool same = true;
+    for (int k = 1; k < NRUN; k++) {
+#define RATIO(a) ((a)[0] ? (double)(a)[k] / (double)(a)[0] : 0.0)
+        char rr[32] = "n/a";
+        if (has_rss) snprintf(rr, sizeof rr, "%.3f", RATIO(rss));
+        printf("ckpt model=%s ratio %s/disabled peak=%.3f held=%.3f backward_peak=%.3f "
+               "rss=%s time=%.3f same_loss=%s\n",
+               cfg->kind_name, name[k], RATIO(peak), RATIO(held), RATIO(bwpeak), rr,
+               med[0] > 0 ? med[k] / med[0] : 0.0, loss[k] == loss[0] ? "yes" : "NO");
 #undef RATIO
+        same = same && loss[k] == loss[0];
+    }
     fflush(stdout);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NRUN; k++) {
         free(t[k]);
         instance_free(&it[k]);
     }
     g_ckpt = EM_CKPT_DISABLED;
-    g_release_before_backward = false;
-    return loss[0] == loss[1] ? 0 : 1;
+    g_measure = g_scoped = false;
+    return same ? 0 : 1;
 }
 
 /** Two training steps and one inference forward on dev and on ref from one seed. */
@@ -748,7 +838,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ember-models gpt|resnet|mlp [--mode train|infer|both] [--device D]\n"
             "         [--warmup W] [--steps N] [--profile] [--check REF_DEVICE] [--seed S]\n"
-            "         [--batch B] [--ckpt disabled|balanced|compare]\n"
+            "         [--batch B] [--ckpt disabled|balanced|compare] [--regions R (2)]\n"
             "  gpt:    [--vocab 1024] [--ctx 128] [--embd 192] [--heads 6] [--layers 2]"
             " (batch 8)\n"
             "  resnet: [--size 32] [--width 16] [--classes 10] (batch 16, 3 stages)\n"
@@ -764,8 +854,16 @@ static bool parse_long(const char *s, long lo, long *out) {
     return true;
 }
 
-int main(int argc, char **argv) {
-    config c = {.mode = "both", .device = "cpu", .warmup = 3, .steps = 10, .seed = 1};
+/* ember-bench links this file in as `ember-bench checkpoint --model` (EMBER_MODELS_MAIN names
+ * the entry point there) */
+#ifndef EMBER_MODELS_MAIN
+#define EMBER_MODELS_MAIN main
+#else
+int EMBER_MODELS_MAIN(int argc, char **argv);
+#endif
+int EMBER_MODELS_MAIN(int argc, char **argv) {
+    config c = {.mode = "both", .device = "cpu", .warmup = 3, .steps = 10, .regions = 2,
+                .seed = 1};
     c.gpt = (gpt_cfg){1024, 128, 192, 6, 2, 8};
     c.res = (resnet_cfg){16, 32, 16, 10};
     c.mlp = (mlp_cfg){128, 784, 1024, 2, 10};
@@ -829,6 +927,7 @@ int main(int argc, char **argv) {
         if (strcmp(f, "--warmup") == 0) c.warmup = n;
         else if (strcmp(f, "--steps") == 0) c.steps = n;
         else if (strcmp(f, "--seed") == 0) c.seed = (uint64_t)n;
+        else if (strcmp(f, "--regions") == 0) c.regions = n;
         else if (strcmp(f, "--batch") == 0) batch = n;
         else if (strcmp(f, "--vocab") == 0) c.gpt.vocab = n;
         else if (strcmp(f, "--ctx") == 0) c.gpt.ctx = n;
@@ -876,5 +975,7 @@ int main(int argc, char **argv) {
         if (strcmp(c.mode, "train") != 0) run_mode(&c, dev, false);
     }
     free(g_keep);
+    g_keep = NULL;
+    g_nkeep = g_capkeep = 0;
     return rc;
 }
