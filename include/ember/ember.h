@@ -779,15 +779,18 @@ em_status em_rand_bernoulli(const int64_t *shape, int rank, em_dtype dt, double 
  *         before any recorded op needed it (directly or through memory-bound ops that would
  *         be recomputed from it), it is let go (the last matmul before a loss costs nothing).
  *       * Memory-bound ops (elementwise, activations, reductions, softmax, layer_norm,
- *         layout, indexing) keep nothing of their own: a value one of them produced that a
- *         rule reads is recomputed during backward from the nearest kept output, leaf or
- *         saved value, with the op's own forward.
+ *         batch_norm, layout, indexing) keep nothing of their own: a value one of them
+ *         produced that a rule reads is recomputed during backward from the nearest kept
+ *         output, leaf or saved value, with the op's own forward (batch_norm in training:
+ *         its training forward without the running statistics, which the forward updated
+ *         once; the batch statistics come out of the same kernel, so the same bits).
  *       * A value is saved instead (as DISABLED does) where it cannot be recomputed: the
- *         output of an op with no recompute (batch_norm, whose training forward would update
- *         the running statistics again; split pieces; ops without a gradient), a value whose
- *         recompute needs a kept output already let go, and a value whose recompute would keep
- *         at least as many bytes of other ops' outputs as the value itself (an add of two
- *         batch_norm outputs: the sum is saved and the two are let go).
+ *         output of an op with no recompute (batch_norm in eval mode, whose running
+ *         statistics may be updated in place before backward; ops without a gradient), a
+ *         value whose recompute needs a kept output already let go, and a value whose
+ *         recompute would keep at least as many bytes of other ops' outputs as the value
+ *         itself (an add of two values that each saved a large input only to be recomputed:
+ *         the sum is saved and those inputs are let go).
  *       * Recomputed values are freed as soon as the last rule that reads them has run, and a
  *         value recomputed only to make another is freed right after.
  *     Nothing is held twice: saved values are views of the tensors they save, so a value
@@ -859,9 +862,10 @@ bool em_is_grad_enabled(void);
  *    - Random ops replay: em_dropout's mask and the em_rand_* tensors made in a region are
  *      constants of the graph (saved, not drawn again), and scaled_dot_product_attention's
  *      dropout is recomputed from the seed it recorded.
- *    - An op with no recompute (batch_norm's training forward, which updates the running
- *      statistics) keeps what its rule reads and its output is saved where a later op reads
- *      it, as DISABLED does.
+ *    - batch_norm in training is recomputed without touching the running statistics (see
+ *      BALANCED above): they move once, in the forward. An op with no recompute (batch_norm
+ *      in eval mode) keeps what its rule reads and its output is saved where a later op
+ *      reads it, as DISABLED does.
  *  em_backward inside an open region is EM_ERR_STATE. */
 em_status em_checkpoint_begin(void);
 /** Ends the innermost open checkpoint region of this thread. EM_ERR_STATE when none is open. */

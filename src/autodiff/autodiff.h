@@ -20,6 +20,12 @@
  * memory-bound node produced is not saved but recomputed during backward with the rule's
  * `forward` from its own inputs (recursively, down to kept values, leaves and constants).
  * Both strategies run the same backward code, so their gradients are equal.
+ *
+ * Checkpoint regions (em_checkpoint_begin) reuse that recompute: a node recorded in one is
+ * marked with the region's number and treated as a memory-bound node whatever its rule (its
+ * output is held only while a handle holds it); it saves the values it reads from outside
+ * the region (from an earlier region always), so that backward can recompute any of its
+ * values from them, one region at a time.
  */
 #ifndef EMBER_AUTODIFF_H
 #define EMBER_AUTODIFF_H

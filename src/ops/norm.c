@@ -315,8 +315,9 @@ em_status em_batch_norm(const em_tensor *x, em_tensor *running_mean, em_tensor *
     }
     ins[3] = sm;
     ins[4] = si;
-    const emi_rule_batch_norm_params rp = {training};
-    NM_TRY(emi_ad_end(&ad, &emi_rule_batch_norm, ins, 5, o, &rp, sizeof rp));
+    const emi_rule_batch_norm_params rp = {training, eps};
+    NM_TRY(emi_ad_end(&ad, training ? &emi_rule_batch_norm : &emi_rule_batch_norm_eval, ins, 5,
+                      o, &rp, sizeof rp));
 done:
     em_tensor_release(sm);
     em_tensor_release(si);

@@ -3,8 +3,8 @@
  * em_sequential_set_checkpoint: the gradients with regions (one in the middle of a network,
  * one per layer, nested ones, the whole forward, one whose output the caller still holds at
  * backward) are the same bits as without, under DISABLED and BALANCED, on ref and cpu, with
- * dropout and attention dropout inside (the recompute replays the same random numbers); the
- * peak memory of a deep MLP is lower with regions; and the misuse errors.
+ * dropout and attention dropout inside (the recompute replays the same random numbers) and
+ * batch_norm (its running statistics updated once, by the forward); the peak memory of a deep MLP is lower with regions; and the misuse errors.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -70,7 +70,8 @@ static void same_bits(double **want, double **got, em_tensor *const *leaf, int n
     for (int i = 0; i < n; i++) {
         int64_t m = em_tensor_numel(leaf[i]);
         if (memcmp(want[i], got[i], sizeof(double) * (size_t)m) != 0)
-            fail_msg("%s: the gradient of leaf %d differs from the run without regions", what, i);
+            fail_msg("%s: array %d (a gradient, or a running statistic) differs from the run "
+                     "without regions", what, i);
     }
 }
 
@@ -250,6 +251,80 @@ static void test_attention_region(void **state) {
         free_all(want, 5);
     }
     for (int i = 0; i < 5; i++) em_tensor_release(shape_of[i]);
+}
+
+/* ---- batch_norm in a region: its running statistics move once ---- */
+
+/* loss = sum(y * y), y = bn2(gelu(bn1(x @ W1)) @ W2) for x [4, 3, 5] (bn over the 3
+ * channels, training, with running statistics); with `region` everything up to the loss in
+ * a region. The gradients of x, W1, W2 and bn1's weight and bias into grads[0..4], bn1's and
+ * bn2's running statistics after the step into stats[0..3]. */
+static void bn_net(const char *inner, const char *strategy, bool region, double **grads,
+                   double **stats) {
+    char text[64];
+    snprintf(text, sizeof text, "%s+autodiff%s", inner, strategy);
+    em_device dev = dev_of(text), plain = dev_of(inner);
+    int64_t sx[3] = {4, 3, 5}, sw[2] = {5, 5}, sc[1] = {3};
+    em_tensor *leaf[5];
+    leaf[0] = randn(sx, 3, 1.0, 7, dev);
+    leaf[1] = randn(sw, 2, 0.5, 8, dev);
+    leaf[2] = randn(sw, 2, 0.5, 9, dev);
+    leaf[3] = randn(sc, 1, 0.3, 10, dev);
+    leaf[4] = randn(sc, 1, 0.3, 11, dev);
+    for (int i = 0; i < 5; i++) C_OK(em_tensor_require_grad(leaf[i]));
+    em_tensor *run[4];
+    for (int i = 0; i < 4; i++) C_OK(em_full(sc, 1, i % 2 ? 1.0 : 0.0, EM_F64, plain, &run[i]));
+    if (region) C_OK(em_checkpoint_begin());
+    em_tensor *a = NULL, *b = NULL, *g = NULL, *c = NULL, *y = NULL, *sq = NULL, *loss = NULL;
+    C_OK(em_matmul(leaf[0], leaf[1], &a));
+    C_OK(em_batch_norm(a, run[0], run[1], leaf[3], leaf[4], true, 0.1, 1e-5, &b));
+    C_OK(em_gelu(b, &g));
+    C_OK(em_matmul(g, leaf[2], &c));
+    C_OK(em_batch_norm(c, run[2], run[3], NULL, NULL, true, 0.1, 1e-5, &y));
+    if (region) C_OK(em_checkpoint_end());
+    C_OK(em_mul(y, y, &sq));
+    C_OK(em_sum(sq, &loss));
+    em_tensor *tmp[6] = {a, b, g, c, y, sq};
+    for (int i = 0; i < 6; i++) em_tensor_release(tmp[i]);
+    em_grads *gs = NULL;
+    C_OK(em_backward(loss, &gs));
+    em_tensor_release(loss);
+    take_grads(gs, leaf, 5, grads);
+    for (int i = 0; i < 4; i++) {
+        stats[i] = read_all(run[i]);
+        em_tensor_release(run[i]);
+    }
+    for (int i = 0; i < 5; i++) em_tensor_release(leaf[i]);
+}
+
+static void test_batch_norm_region(void **state) {
+    (void)state;
+    int64_t sx[3] = {4, 3, 5}, sw[2] = {5, 5}, sc[1] = {3};
+    em_tensor *shape_of[5], *stat_shape[4];
+    C_OK(em_zeros(sx, 3, EM_F64, dev_of("ref"), &shape_of[0]));
+    for (int i = 1; i < 5; i++)
+        C_OK(em_zeros(i < 3 ? sw : sc, i < 3 ? 2 : 1, EM_F64, dev_of("ref"), &shape_of[i]));
+    for (int i = 0; i < 4; i++) C_OK(em_zeros(sc, 1, EM_F64, dev_of("ref"), &stat_shape[i]));
+    for (int d = 0; d < 2; d++) {
+        double *want[5], *want_st[4];
+        bn_net(INNER[d], "", false, want, want_st);
+        for (int st = 0; st < 2; st++)
+            for (int r = 0; r < 2; r++) {
+                char what[128];
+                snprintf(what, sizeof what, "batch_norm net on %s+autodiff%s%s", INNER[d],
+                         STRATEGY[st], r ? " in a region" : "");
+                double *got[5], *got_st[4];
+                bn_net(INNER[d], STRATEGY[st], r == 1, got, got_st);
+                same_bits(want, got, shape_of, 5, what);
+                same_bits(want_st, got_st, stat_shape, 4, what);
+                free_all(got, 5);
+                free_all(got_st, 4);
+            }
+        free_all(want, 5);
+        free_all(want_st, 4);
+    }
+    for (int i = 0; i < 5; i++) em_tensor_release(shape_of[i]);
+    for (int i = 0; i < 4; i++) em_tensor_release(stat_shape[i]);
 }
 
 /* ---- memory: a deep MLP keeps less with regions ---- */
@@ -503,6 +578,7 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_mlp_regions),
         cmocka_unit_test(test_attention_region),
+        cmocka_unit_test(test_batch_norm_region),
         cmocka_unit_test(test_sequential_checkpoint),
         cmocka_unit_test(test_region_peak_lower),
     };

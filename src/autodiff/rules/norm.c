@@ -48,10 +48,22 @@ done:
     return s;
 }
 
-/* Not recomputable: a training forward would update the running statistics again. */
-const emi_ad_rule emi_rule_batch_norm = {
-    "batch_norm", false, EMI_NEED_IN(0) | EMI_NEED_IN(1) | EMI_NEED_IN(3) | EMI_NEED_IN(4),
-    NULL, batch_norm_backward};
+/* The training forward again, without the running statistics (the forward updated them
+ * already): the batch statistics come from the same x through the same kernel, so the output
+ * is the same bits. */
+static em_status batch_norm_forward(const void *p, em_tensor *const *in, int nin,
+                                    em_tensor **out) {
+    (void)nin;
+    const emi_rule_batch_norm_params *r = p;
+    return em_batch_norm(in[0], NULL, NULL, in[1], in[2], true, 0.0, r->eps, out);
+}
+
+#define BN_NEEDS (EMI_NEED_IN(0) | EMI_NEED_IN(1) | EMI_NEED_IN(3) | EMI_NEED_IN(4))
+const emi_ad_rule emi_rule_batch_norm = {"batch_norm", false, BN_NEEDS, batch_norm_forward,
+                                         batch_norm_backward};
+/* Eval: not recomputable, the running statistics it read may be updated in place later. */
+const emi_ad_rule emi_rule_batch_norm_eval = {"batch_norm", false, BN_NEEDS, NULL,
+                                              batch_norm_backward};
 
 /* ---- group_norm ---- */
 

@@ -116,11 +116,14 @@ em_status emi_scatter_add_zeros(const int64_t *shape, int rank, int dim, const e
 
 /* ==== normalization: rules in norm.c, entry points in src/ops/norm.c ==== */
 /* batch_norm with inputs (x, weight?, bias?, save_mean, save_invstd): the saved statistics
- * are untracked [C] tensors the forward made (the running ones are buffers, not inputs). */
+ * are untracked [C] tensors the forward made (the running ones are buffers, not inputs).
+ * Training: emi_rule_batch_norm (recomputable); eval: emi_rule_batch_norm_eval (not). */
 typedef struct emi_rule_batch_norm_params {
     bool training;
+    double eps;
 } emi_rule_batch_norm_params;
 extern const emi_ad_rule emi_rule_batch_norm;
+extern const emi_ad_rule emi_rule_batch_norm_eval;
 /* group_norm with inputs (x, weight?, bias?, save_mean [N, G], save_invstd [N, G]). */
 typedef struct emi_rule_group_norm_params {
     int64_t groups;
