@@ -6,10 +6,11 @@ torch.utils.checkpoint.checkpoint_sequential, its peak memory and time, and the 
 Usage: /usr/bin/python3 bench/checkpoint_torch.py [--batch 4096] [--width 1024] [--layers 16]
            [--act relu|gelu] [--segments L/2] [--rounds 1] [--threads 1]
        /usr/bin/python3 bench/checkpoint_torch.py --model gpt|resnet|mlp [--regions 2]
-           [--layers L] [--rounds 5] [--threads 1]
+           [--layers L] [--batch B] [--rounds 5] [--threads 1]
 
 --model runs the PyTorch twin of `ember-bench checkpoint --model` (the GPT, ResNet or MLP of
-bench/models_vs_torch.py, with its sizes; --layers sets the GPT's blocks or the MLP's layers):
+bench/models_vs_torch.py, with its sizes; --layers sets the GPT's blocks or the MLP's layers,
+--batch the batch):
 a training step (forward, cross-entropy, backward, optimizer step) without checkpointing and
 with torch.utils.checkpoint around every --regions blocks (transformer blocks, residual
 blocks, Linear + GELU layers; use_reentrant=False, so that segments whose input needs no grad
@@ -151,6 +152,8 @@ def main_models(a):
     import models_vs_torch as mvt
     if a.layers_set:
         mvt.GPT_CFG["layers"] = mvt.MLP_CFG["layers"] = a.layers
+    if a.batch_set:
+        mvt.GPT_CFG["batch"] = mvt.RES_CFG["batch"] = mvt.MLP_CFG["batch"] = a.batch
     ember_ctypes.torch_threads(torch, a.threads)
     insts = [mvt.torch_instance(a.model, True) for _ in range(2)]
     regions = (0, a.regions)
@@ -202,6 +205,7 @@ def main():
     if a.model:
         import sys as _sys
         a.layers_set = "--layers" in _sys.argv
+        a.batch_set = "--batch" in _sys.argv
         if a.rounds == 1:
             a.rounds = 5
         main_models(a)
