@@ -68,6 +68,13 @@ static em_tensor *keep(em_tensor *t) {
     g_keep[g_nkeep++] = t;
     return t;
 }
+/* In scopes, a temporary's handle goes where a Python program's reference would die (the
+ * expression that used it is done, or the variable is reassigned), so that what outlives an
+ * op is what the tape keeps: the tape's own references are not the handle's. Outside scopes
+ * every intermediate waits for the step's end (release_kept). */
+static void drop(em_tensor *t) {
+    if (g_scoped) em_tensor_release(t);
+}
 static void release_kept(void) {
     for (size_t i = 0; i < g_nkeep; i++) em_tensor_release(g_keep[i]);
     g_nkeep = 0;
@@ -333,32 +340,74 @@ static void gpt_free(gpt *g) {
 static em_tensor *gpt_forward(gpt *g, const em_tensor *idx) {
     gpt_cfg c = g->c;
     int64_t B = c.batch, T = c.ctx, C = c.embd, H = c.heads, D = C / H;
-    em_tensor *x = add(embedding(g->wte, idx), embedding(g->wpe, g->pos)); /* [B, T, C] */
+    em_tensor *te = embedding(g->wte, idx), *pe = embedding(g->wpe, g->pos);
+    em_tensor *x = add(te, pe); /* [B, T, C] */
+    drop(te);
+    drop(pe);
     for (int64_t l = 0; l < c.layers; l++) {
         gpt_block *k = &g->h[l];
         block_begin(l);
         /* causal self-attention */
-        em_tensor *qkv = fwd(k->attn, fwd(k->ln1, x, "layer_norm"), "linear"); /* [B,T,3C] */
+        em_tensor *h = fwd(k->ln1, x, "layer_norm");
+        em_tensor *qkv = fwd(k->attn, h, "linear"); /* [B,T,3C] */
+        drop(h);
         em_tensor *parts[3];
         size_t n;
         OP("split", em_split(qkv, C, 2, parts, 3, &n));
+        drop(qkv);
         const int64_t bthd[4] = {B, T, H, D};
-        em_tensor *q = transpose(reshape(keep(parts[0]), bthd, 4), 1, 2); /* [B,H,T,D] */
-        em_tensor *kk = transpose(reshape(keep(parts[1]), bthd, 4), 1, 2);
-        em_tensor *v = transpose(reshape(keep(parts[2]), bthd, 4), 1, 2);
-        em_tensor *att = mul_scalar(matmul(q, transpose(kk, -2, -1)), 1.0 / sqrt((double)D));
-        att = softmax(masked_fill(att, g->mask, -INFINITY), -1);
-        em_tensor *y = matmul(att, v); /* [B,H,T,D] */
-        y = reshape(contiguous(transpose(y, 1, 2)), (int64_t[]){B, T, C}, 3);
-        x = add(x, fwd(k->proj, y, "linear"));
+        em_tensor *qkvh[3]; /* q, k, v: [B,H,T,D] */
+        for (int i = 0; i < 3; i++) {
+            em_tensor *r = reshape(keep(parts[i]), bthd, 4);
+            drop(parts[i]);
+            qkvh[i] = transpose(r, 1, 2);
+            drop(r);
+        }
+        em_tensor *kt = transpose(qkvh[1], -2, -1);
+        em_tensor *sc = matmul(qkvh[0], kt);
+        drop(kt);
+        em_tensor *att = mul_scalar(sc, 1.0 / sqrt((double)D));
+        drop(sc);
+        em_tensor *am = masked_fill(att, g->mask, -INFINITY);
+        drop(att);
+        att = softmax(am, -1);
+        drop(am);
+        em_tensor *y = matmul(att, qkvh[2]); /* [B,H,T,D] */
+        drop(att);
+        for (int i = 0; i < 3; i++) drop(qkvh[i]);
+        em_tensor *yt = transpose(y, 1, 2);
+        drop(y);
+        em_tensor *yc = contiguous(yt);
+        drop(yt);
+        y = reshape(yc, (int64_t[]){B, T, C}, 3);
+        drop(yc);
+        em_tensor *pr = fwd(k->proj, y, "linear");
+        drop(y);
+        em_tensor *x1 = add(x, pr);
+        drop(pr);
+        drop(x);
+        x = x1;
         /* MLP */
-        em_tensor *m = fwd(k->fc, fwd(k->ln2, x, "layer_norm"), "linear");
-        m = fwd(k->fc_proj, fwd(k->gelu, m, "gelu"), "linear");
-        x = add(x, m);
+        h = fwd(k->ln2, x, "layer_norm");
+        em_tensor *m = fwd(k->fc, h, "linear");
+        drop(h);
+        h = fwd(k->gelu, m, "gelu");
+        drop(m);
+        m = fwd(k->fc_proj, h, "linear");
+        drop(h);
+        x1 = add(x, m);
+        drop(m);
+        drop(x);
+        x = x1;
         block_end(x, l, c.layers);
     }
-    em_tensor *logits = fwd(g->lm_head, fwd(g->ln_f, x, "layer_norm"), "linear");
-    return reshape(logits, (int64_t[]){B * T, c.vocab}, 2);
+    em_tensor *h = fwd(g->ln_f, x, "layer_norm");
+    drop(x);
+    em_tensor *logits = fwd(g->lm_head, h, "linear");
+    drop(h);
+    em_tensor *out = reshape(logits, (int64_t[]){B * T, c.vocab}, 2);
+    drop(logits);
+    return out;
 }
 
 /* ---- the ResNet ------------------------------------------------------------------------- */
@@ -412,6 +461,18 @@ static em_tensor *bn(bnorm *n, const em_tensor *x, bool training) {
     return keep(o);
 }
 
+/** relu(bn(conv(x))) (or bn(conv(x))), the temporaries dropped as a Python program's. */
+static em_tensor *conv_bn(em_module *c, bnorm *n, const em_tensor *x, bool training,
+                          bool with_relu) {
+    em_tensor *y = fwd(c, x, "conv2d");
+    em_tensor *z = bn(n, y, training);
+    drop(y);
+    if (!with_relu) return z;
+    em_tensor *o = relu(z);
+    drop(z);
+    return o;
+}
+
 static void resnet_init(resnet *r) {
     model_base *b = &r->b;
     int64_t w = r->c.width;
@@ -460,17 +521,29 @@ static void resnet_free(resnet *r) {
 
 static em_tensor *resnet_forward(resnet *r, const em_tensor *in) {
     bool tr = r->b.training;
-    em_tensor *x = relu(bn(&r->bstem, fwd(r->stem, in, "conv2d"), tr));
+    em_tensor *x = conv_bn(r->stem, &r->bstem, in, tr, true);
     for (int s = 0; s < 3; s++) {
         res_block *k = &r->blocks[s];
         block_begin(s);
-        em_tensor *o = relu(bn(&k->b1, fwd(k->c1, x, "conv2d"), tr));
-        o = bn(&k->b2, fwd(k->c2, o, "conv2d"), tr);
-        const em_tensor *sc = k->down ? bn(&k->bd, fwd(k->down, x, "conv2d"), tr) : x;
-        x = relu(add(o, sc));
+        em_tensor *o = conv_bn(k->c1, &k->b1, x, tr, true);
+        em_tensor *o2 = conv_bn(k->c2, &k->b2, o, tr, false);
+        drop(o);
+        em_tensor *sc = k->down ? conv_bn(k->down, &k->bd, x, tr, false) : x;
+        em_tensor *a = add(o2, sc);
+        drop(o2);
+        if (sc != x) drop(sc);
+        drop(x);
+        x = relu(a);
+        drop(a);
         block_end(x, s, 3);
     }
-    return fwd(r->fc, flatten1(adaptive_avg_pool(x)), "linear");
+    em_tensor *p = adaptive_avg_pool(x);
+    drop(x);
+    em_tensor *f = flatten1(p);
+    drop(p);
+    em_tensor *logits = fwd(r->fc, f, "linear");
+    drop(f);
+    return logits;
 }
 
 /* ---- the MLP ---------------------------------------------------------------------------- */
@@ -606,7 +679,14 @@ static double instance_step_ex(instance *it, size_t *fwd_peak) {
     double out = 0;
     g_region_every = it->regions;
     if (g_scoped) CK(em_scope_begin());
+    /* in scopes, the forward's own: what it made (the stem's and the residual stream's
+     * tensors) dies when it returns, as a Python program's locals do; the logits outlive it */
+    if (g_scoped) CK(em_scope_begin());
     em_tensor *logits = instance_forward(it);
+    if (g_scoped) {
+        CK(em_scope_keep(logits));
+        CK(em_scope_end());
+    }
     if (it->base->training) {
         em_tensor *loss = cross_entropy(logits, it->y);
         if (g_measure) {

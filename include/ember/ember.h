@@ -485,9 +485,9 @@ em_status em_remainder_scalar(const em_tensor *a, double s, em_tensor **out);
 em_status em_maximum_scalar(const em_tensor *a, double s, em_tensor **out);
 em_status em_minimum_scalar(const em_tensor *a, double s, em_tensor **out);
 
-/* ---- consuming variants: `a` is consumed (released, also on failure); when
- *      em_tensor_can_mut(a) holds and the result has a's shape and dtype, it is written
- *      into a's buffer ---- */
+/* ---- consuming variants: `a` is consumed (released, also on failure); when a is
+ *      untracked (a checkpointing mark alone does not matter), em_tensor_can_mut(a) holds
+ *      and the result has a's shape and dtype, it is written into a's buffer ---- */
 em_status em_add_(em_tensor *a, const em_tensor *b, em_tensor **out);
 em_status em_sub_(em_tensor *a, const em_tensor *b, em_tensor **out);
 em_status em_mul_(em_tensor *a, const em_tensor *b, em_tensor **out);
@@ -792,7 +792,13 @@ em_status em_rand_bernoulli(const int64_t *shape, int rank, em_dtype dt, double 
  *         itself (an add of two values that each saved a large input only to be recomputed:
  *         the sum is saved and those inputs are let go).
  *       * Recomputed values are freed as soon as the last rule that reads them has run, and a
- *         value recomputed only to make another is freed right after.
+ *         value recomputed only to make another is freed right after, also when a later rule
+ *         reads it, if recomputing it again costs at most 3 memory-bound ops from kept values
+ *         (a residual block's input, relu(bn(conv))): it is made again for that rule. A value
+ *         freed right after its use is handed to the op it is recomputed for, which writes its
+ *         result into that buffer where it can (add, sub, mul, div, relu, a * s, a + s): a
+ *         chain of recomputes holds one value of each size, not two. A recomputed value read
+ *         through views (a split's pieces, a reshape) is made once and lives while they do.
  *     Nothing is held twice: saved values are views of the tensors they save, so a value
  *     saved by two ops, or saved by one and kept by its own, is one buffer. Gradients are the
  *     same bits as DISABLED's on one device (the same kernels recompute the same values).
@@ -804,8 +810,9 @@ em_status em_rand_bernoulli(const int64_t *shape, int rank, em_dtype dt, double 
  *   - EMBER_CKPT_REPORT=1 in the environment makes every em_backward print, to stderr, the
  *     account of its walk: for each node, its kept output, the inputs it saved (views of
  *     leaves and shared storage marked), how often its value was recomputed and at which
- *     steps of the walk that value was made and freed; then the totals and the device's
- *     memory when the walk began and ended.
+ *     steps of the walk that value was made and freed; then the totals, the device's
+ *     memory when the walk began and ended, and the rule during which the walk's peak was
+ *     reached (with the bytes in use after it and how many of them were recomputed values).
  *   - Gradients are untracked tensors on the inner device that carry the strategy's mark.
  * ====================================================================================== */
 
@@ -849,7 +856,8 @@ bool em_is_grad_enabled(void);
  *  outside it), on any device and under either strategy. The rules:
  *    - Every op of the region is recomputed, compute-bound ones (matmul, conv, attention)
  *      included, with its own forward, so gradients are the same bits as without the region.
- *      A recomputed value is freed as soon as the last rule that reads it has run.
+ *      A recomputed value is freed as soon as the last rule that reads it has run; a value
+ *      read through views (q, k and v of one qkv matmul) is recomputed once for all of them.
  *    - The region's inputs are kept as an op outside it would keep them (DISABLED: saved;
  *      BALANCED: kept or recomputable, saved otherwise), except that a value made in an
  *      earlier region is always saved, so that each region is recomputed on its own (one

@@ -54,6 +54,14 @@ typedef struct emi_ad_rule {
     em_status (*backward)(emi_ad_bw *bw);
 } emi_ad_rule;
 
+/** forward, given inputs it may consume: own[i] says that in[i] is a recomputed value no one
+ *  reads after this (released by the call, also on failure; written in place where the op
+ *  allows it: the same bits as forward's). */
+typedef em_status (*emi_ad_forward_own)(const void *params, em_tensor **in, const bool *own,
+                                        int nin, em_tensor **out);
+/** Rule r's consuming forward, or NULL where it has none (the elementwise rules have one). */
+emi_ad_forward_own emi_rule_forward_own(const emi_ad_rule *r);
+
 /** What an op learned from its inputs before computing. */
 typedef struct emi_ad_op {
     bool tracked;                /* some input is tracked: the output joins the graph */

@@ -22,6 +22,12 @@ typedef struct emi_ckpt_report {
     em_memory_stats begin;   /* the device's memory when the walk began */
     size_t alive, max_alive; /* bytes of recomputed values alive now, the most at once */
     long recomputes;
+    /* where the device's peak during the walk was reached: the step whose rule raised it
+     * last, with the recomputed bytes alive after that rule and the bytes in use then */
+    size_t peak_seen;
+    long peak_step;
+    const char *peak_rule;
+    size_t peak_alive, peak_in_use;
 } emi_ckpt_report;
 
 static _Thread_local emi_ckpt_report *emi_rep; /* NULL: no account is kept */
@@ -34,18 +40,80 @@ static bool emi_reads_parent(const emi_ad_node *n, int i) {
     return n->rule && n->need && n->in[i].node && !n->in[i].value && emi_rule_reads_in(n->rule, i);
 }
 
-/* Releases n's recomputed value. */
+/* True when nothing needs n's recomputed value any more: no rule still to run reads it, no
+ * running rule or recompute holds it, and no recomputed view of it lives. */
+static bool emi_cache_idle(const emi_ad_node *n) {
+    return n->uses <= 0 && !n->pinned && n->viewers == 0;
+}
+
+/* Releases n's recomputed value; the value it is a view of goes too when that was all that
+ * held it (and so on down a chain of views). */
 static void emi_cache_drop(emi_ad_node *n) {
-    if (!n->cache) return;
-    if (emi_rep) {
-        emi_rep->alive -= n->cache_bytes;
-        n->freed_at = emi_rep->step;
+    while (n && n->cache) {
+        if (emi_rep) {
+            emi_rep->alive -= n->cache_bytes;
+            n->freed_at = emi_rep->step;
+        }
+        em_tensor_release(n->cache);
+        n->cache = NULL;
+        emi_ad_node *p = n->view_of;
+        n->view_of = NULL;
+        if (!p) break;
+        p->viewers--;
+        n = p->cache && emi_cache_idle(p) ? p : NULL;
     }
-    em_tensor_release(n->cache);
-    n->cache = NULL;
+}
+
+/* After node n's rule ran: when the device's peak rose during it, notes where. */
+static void emi_report_peak(const emi_ad_node *n, em_device dev) {
+    em_memory_stats m;
+    if (em_device_memory(dev, &m) != EM_OK) {
+        em_clear_error();
+        return;
+    }
+    if (m.peak_bytes <= emi_rep->peak_seen) return;
+    emi_rep->peak_seen = m.peak_bytes;
+    emi_rep->peak_step = emi_rep->step;
+    emi_rep->peak_rule = n->rule ? n->rule->name : "leaf";
+    emi_rep->peak_alive = emi_rep->alive;
+    emi_rep->peak_in_use = m.bytes_in_use;
 }
 
 /* ---- values during backward ---- */
+
+/* A recomputed value that only served to recompute another is let go at once, though later
+ * rules read it, when recomputing it again costs at most EMI_REDO_NEAR memory-bound ops from
+ * kept values (a ResNet's relu(bn(conv)) block input: 2): what backward holds is then the
+ * values the running rules read, not every value on the way to them. A longer chain, or one
+ * through a compute-bound op (a matmul in a checkpoint region), stays until its last reader:
+ * recomputing it again would cost more than its memory is worth. */
+#define EMI_REDO_NEAR 3
+#define EMI_REDO_FAR (EMI_REDO_NEAR + 1)
+
+/* Memory-bound ops that recomputing n's value runs from kept and saved values (0: n's is
+ * kept or n is a leaf), EMI_REDO_FAR when more or through a compute-bound op (counted once a
+ * walk, and never deeper than EMI_REDO_FAR levels). */
+static int emi_redo_depth(emi_ad_node *n, int level) {
+    if (n->value || !n->rule) return 0;
+    if (n->redo >= 0) return n->redo;
+    if (n->rule->compute_bound || !n->rule->forward || level >= EMI_REDO_FAR)
+        return EMI_REDO_FAR;
+    int d = 0;
+    for (int i = 0; i < n->nin && d < EMI_REDO_FAR; i++) {
+        const emi_ad_input *in = &n->in[i];
+        if (in->value || !in->node) continue;
+        int e = emi_redo_depth(in->node, level + 1);
+        if (e > d) d = e;
+    }
+    d = d + 1 > EMI_REDO_FAR ? EMI_REDO_FAR : d + 1;
+    n->redo = d;
+    return d;
+}
+
+/* True when p's recomputed value, made only to recompute another, goes now (see above). */
+static bool emi_cache_redo_cheap(emi_ad_node *p) {
+    return !p->pinned && p->viewers == 0 && emi_redo_depth(p, 0) <= EMI_REDO_NEAR;
+}
 
 /* The output value of node n: kept, cached, or recomputed from its inputs (borrowed). */
 static em_status emi_ad_value(emi_ad_node *n, em_tensor **out) {
@@ -61,8 +129,14 @@ static em_status emi_ad_value(emi_ad_node *n, em_tensor **out) {
         return emi_fail(EM_ERR_STATE, "em_backward: a value of '%s' was neither saved nor "
                         "recomputable", n->rule ? n->rule->name : "leaf");
     em_tensor *stack_in[8] = {0};
+    bool stack_own[8] = {0};
     em_tensor **in = n->nin <= 8 ? stack_in : calloc((size_t)n->nin, sizeof *in);
-    if (!in) return emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
+    bool *own = n->nin <= 8 ? stack_own : calloc((size_t)n->nin, sizeof *own);
+    if (!in || !own) {
+        if (in != stack_in) free(in);
+        if (own != stack_own) free(own);
+        return emi_fail(EM_ERR_NOMEM, "em_backward: out of memory");
+    }
     em_status s = EM_OK;
     /* each input's value stays while the next ones are recomputed (one may be made from
      * another) and until the forward ran */
@@ -75,17 +149,48 @@ static em_status emi_ad_value(emi_ad_node *n, em_tensor **out) {
         if (n->in[i].node) n->in[i].node->pinned++;
         got = i + 1;
     }
-    if (s == EM_OK) s = n->rule->forward(n->params, in, n->nin, &n->cache);
-    /* the account counts a view of an input (a reshape) as no memory */
+    /* a recomputed input that goes once this forward ran is handed to it to consume (its
+     * buffer may take the result): a chain of recomputes then holds one value of each
+     * step's size, not two */
+    bool any_own = false;
+    const emi_ad_forward_own fwd_own = s == EM_OK ? emi_rule_forward_own(n->rule) : NULL;
+    for (int i = 0; fwd_own && i < n->nin; i++) {
+        emi_ad_node *p = n->in[i].node;
+        if (!p || n->in[i].value || p->cache != in[i] || p->view_of || p->viewers ||
+            p->pinned != 1 || !(p->uses <= 0 || emi_redo_depth(p, 0) <= EMI_REDO_NEAR))
+            continue;
+        bool twice = false;
+        for (int j = 0; j < n->nin; j++) twice |= j != i && n->in[j].node == p;
+        if (twice) continue;
+        if (emi_rep) {
+            emi_rep->alive -= p->cache_bytes;
+            p->freed_at = emi_rep->step;
+        }
+        p->cache = NULL; /* the forward's now */
+        own[i] = any_own = true;
+    }
+    if (s == EM_OK && any_own) s = fwd_own(n->params, in, own, n->nin, &n->cache);
+    else if (s == EM_OK) s = n->rule->forward(n->params, in, n->nin, &n->cache);
+    /* a view of an input (a reshape, a split's piece) is no memory of its own: the account
+     * counts it as none, and a recomputed input it views stays while it lives */
     bool is_view = false;
-    for (int i = 0; s == EM_OK && i < got; i++) is_view |= in[i] && in[i]->st == n->cache->st;
+    for (int i = 0; s == EM_OK && i < got; i++) {
+        if (own[i] || !in[i] || in[i]->st != n->cache->st) continue;
+        is_view = true;
+        emi_ad_node *p = n->in[i].node;
+        if (!n->view_of && p && !n->in[i].value && p->cache == in[i]) {
+            n->view_of = p;
+            p->viewers++;
+        }
+    }
     if (in != stack_in) free(in);
+    if (own != stack_own) free(own);
     for (int i = 0; i < got; i++)
         if (n->in[i].node) n->in[i].node->pinned--;
     if (s != EM_OK) {
         for (int i = 0; i < got; i++) {
             emi_ad_node *p = n->in[i].node;
-            if (p && !n->in[i].value && p->cache && p->uses <= 0 && !p->pinned) emi_cache_drop(p);
+            if (p && !n->in[i].value && p->cache && emi_cache_idle(p)) emi_cache_drop(p);
         }
         return s;
     }
@@ -102,7 +207,8 @@ static em_status emi_ad_value(emi_ad_node *n, em_tensor **out) {
      * values is the few values the rules read, not the chains between them */
     for (int i = 0; i < n->nin; i++) {
         emi_ad_node *p = n->in[i].node;
-        if (p && !n->in[i].value && p->cache && p->uses <= 0 && !p->pinned) emi_cache_drop(p);
+        if (p && !n->in[i].value && p->cache && (emi_cache_idle(p) || emi_cache_redo_cheap(p)))
+            emi_cache_drop(p);
     }
     *out = n->cache;
     return EM_OK;
@@ -283,11 +389,13 @@ static em_status emi_accumulate(emi_ad_node *p, em_tensor *g) {
         p->grad = g;
         return EM_OK;
     }
-    em_tensor *sum;
-    em_status s = em_add(p->grad, g, &sum);
+    /* in the accumulator's buffer when it alone owns it (no rule handed it on as another
+     * input's gradient): a tensor used twice costs no third buffer of its size */
+    em_tensor *acc = p->grad, *sum = NULL;
+    p->grad = NULL;
+    em_status s = em_add_(acc, g, &sum); /* consumes acc, also on failure */
     em_tensor_release(g);
     if (s != EM_OK) return s;
-    em_tensor_release(p->grad);
     p->grad = sum;
     return EM_OK;
 }
@@ -551,6 +659,11 @@ static void emi_report_print(FILE *f, const emi_order *o, const emi_report_row *
                 "%s), %s at its end (peak %s)\n", emi_bytes(b1, sizeof b1, rep->begin.bytes_in_use),
                 emi_bytes(b2, sizeof b2, rep->begin.peak_bytes),
                 emi_bytes(b3, sizeof b3, end.bytes_in_use), emi_bytes(b4, sizeof b4, end.peak_bytes));
+    if (rep->has_mem && rep->peak_step >= 0)
+        fprintf(f, "  the walk's peak (%s) was reached in the rule of #%ld (%s): %s in use after "
+                "it, %s of them recomputed values\n", emi_bytes(b1, sizeof b1, rep->peak_seen),
+                rep->peak_step, rep->peak_rule, emi_bytes(b2, sizeof b2, rep->peak_in_use),
+                emi_bytes(b3, sizeof b3, rep->peak_alive));
     em_clear_error();
 }
 
@@ -579,7 +692,10 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
         for (int i = 0; i < n->nin && !n->need; i++) n->need = n->in[i].node && n->in[i].node->need;
     }
     /* the direct reads of each node's value by the rules still to run */
-    for (size_t k = 0; s == EM_OK && k < order.n; k++) order.v[k]->uses = 0;
+    for (size_t k = 0; s == EM_OK && k < order.n; k++) {
+        order.v[k]->uses = 0;
+        order.v[k]->redo = -1;
+    }
     for (size_t k = 0; s == EM_OK && k < order.n; k++) {
         emi_ad_node *n = order.v[k];
         if (!n->rule || !n->need) continue;
@@ -593,6 +709,8 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
         emi_rep = &rep;
         rows = emi_report_begin(&order);
         rep.has_mem = em_device_memory(loss->dev, &rep.begin) == EM_OK;
+        rep.peak_seen = rep.begin.peak_bytes;
+        rep.peak_step = -1;
         em_clear_error();
     }
     if (s == EM_OK) {
@@ -621,6 +739,7 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
                 for (int i = 0; i < n->nin; i++)
                     if (n->in[i].node) n->in[i].node->pinned++;
                 s = emi_run_rule(n);
+                if (emi_rep && emi_rep->has_mem) emi_report_peak(n, loss->dev);
                 n->pinned--;
                 for (int i = 0; i < n->nin; i++)
                     if (n->in[i].node) n->in[i].node->pinned--;
@@ -628,7 +747,7 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
                 for (int i = 0; i < n->nin; i++) {
                     if (!emi_reads_parent(n, i)) continue;
                     emi_ad_node *p = n->in[i].node;
-                    if (--p->uses <= 0) emi_cache_drop(p);
+                    if (--p->uses <= 0 && emi_cache_idle(p)) emi_cache_drop(p);
                 }
             }
         }

@@ -52,6 +52,13 @@ struct emi_ad_node {
     int recomputes;           /* times the walk recomputed the value (the account) */
     long made_at, freed_at;   /* walk steps of the last recompute and of its release */
     size_t cache_bytes;       /* bytes of the last recomputed value */
+    int redo;                 /* memory-bound ops from kept values to this one's (0: kept
+                                 or a leaf, EMI_REDO_FAR: more than EMI_REDO_NEAR or through
+                                 a compute-bound op), -1 until counted (emi_redo_depth) */
+    emi_ad_node *view_of;     /* the input whose recomputed value this one's is a view of */
+    int viewers;              /* recomputed values that are views of this one's: it stays
+                                 while they live (their storage is its own), so that it is
+                                 not recomputed again beside them */
     int mark;                 /* traversal state */
     emi_ad_node *next;        /* release list link */
     size_t psize;

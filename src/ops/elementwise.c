@@ -26,9 +26,11 @@ static em_status ew_check_kind(const char *fn, const em_tensor *t, ew_kind k) {
 }
 
 /* True when the consumed tensor t may receive a result of dtype dt and this shape in its own
- * buffer: it alone owns the buffer, is untracked, contiguous, and of that dtype and shape. */
+ * buffer: it alone owns the buffer, is untracked (no node of a graph: a checkpointing mark
+ * alone, as on what a backward rule computes from saved values, does not stop it; no tape
+ * shares a buffer that it alone owns), contiguous, and of that dtype and shape. */
 static bool ew_can_reuse(const em_tensor *t, em_dtype dt, const int64_t *shape, int rank) {
-    if (!em_tensor_can_mut(t) || t->ckpt != EM_CKPT_NONE || t->dtype != dt ||
+    if (!em_tensor_can_mut(t) || t->ad || t->dtype != dt ||
         t->v.rank != rank || !emi_view_is_contiguous(&t->v))
         return false;
     for (int i = 0; i < rank; i++)

@@ -373,6 +373,47 @@ static void test_detach(void **state) {
     CHECKS_DONE();
 }
 
+/* An untracked tensor that carries a strategy's mark (what a backward rule computes from
+ * saved values, an op on detached tensors) and alone owns its buffer is written in place by
+ * a consuming op, as an unmarked one: the mark alone made every such op allocate (a rule's
+ * in-place steps then held one full-size temporary more at backward's peak). */
+static void test_inplace_on_marked(void **state) {
+    (void)state;
+    enum { N = 4096 };
+    double *v = malloc(N * sizeof *v), *got = malloc(N * sizeof *got);
+    assert_non_null(v);
+    assert_non_null(got);
+    for (int i = 0; i < N; i++) v[i] = 0.25 * (i % 17) - 2;
+    em_tensor *x = vec(balanced_dev(), v, N), *d = NULL, *m = NULL, *o = NULL;
+    OK(em_tensor_require_grad(x));
+    OK(em_tensor_detach(x, &d));
+    OK(em_mul(d, d, &m));
+    CHECK(!em_tensor_is_tracked(m) && em_tensor_checkpointing(m) == EM_CKPT_BALANCED,
+          "an op on a detached tensor: untracked, with the mark");
+    CHECK(em_tensor_can_mut(m), "and its own buffer");
+    em_memory_stats before, after;
+    OK(em_device_memory_reset_peak(ref_dev()));
+    OK(em_device_memory(ref_dev(), &before));
+    OK(em_add_(m, d, &o));
+    OK(em_device_memory(ref_dev(), &after));
+    /* (the peak may rise by a few bytes of bookkeeping, never by a buffer of N values) */
+    CHECK(after.peak_bytes < before.bytes_in_use + N * sizeof(double) / 2 &&
+              after.bytes_in_use == before.bytes_in_use,
+          "em_add_ wrote into the consumed tensor's buffer (no new buffer)");
+    CHECK(!em_tensor_is_tracked(o) && em_tensor_checkpointing(o) == EM_CKPT_BALANCED,
+          "the result keeps the mark");
+    read_vals(o, got, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += got[i] != v[i] * v[i] + v[i];
+    CHECK(bad == 0, "d * d + d");
+    em_tensor_release(o);
+    em_tensor_release(d);
+    em_tensor_release(x);
+    free(v);
+    free(got);
+    CHECKS_DONE();
+}
+
 static void test_int_on_autodiff(void **state) {
     (void)state;
     em_device ad = disabled_dev();
@@ -605,7 +646,8 @@ int main(void) {
         cmocka_unit_test(test_require_grad),    cmocka_unit_test(test_backward_errors),
         cmocka_unit_test(test_grads_get),       cmocka_unit_test(test_grad_mark),
         cmocka_unit_test(test_mixed_strategies), cmocka_unit_test(test_promotion),
-        cmocka_unit_test(test_detach),          cmocka_unit_test(test_int_on_autodiff),
+        cmocka_unit_test(test_detach),          cmocka_unit_test(test_inplace_on_marked),
+        cmocka_unit_test(test_int_on_autodiff),
         cmocka_unit_test(test_device_autodiff), cmocka_unit_test(test_to_device),
         cmocka_unit_test(test_memory),
     };

@@ -19,6 +19,31 @@ static em_status binary_forward(const void *p, em_tensor *const *in, int nin, em
     }
 }
 
+/* binary_forward writing into a consumed input's buffer: a's for any op, b's for the
+ * commutative add and mul (a + b and b + a are the same bits). */
+em_status emi_binary_forward_own(const void *p, em_tensor **in, const bool *own, int nin,
+                                 em_tensor **out) {
+    em_binary_op op = *(const em_binary_op *)p;
+    em_status (*inplace)(em_tensor *, const em_tensor *, em_tensor **) =
+        op == EM_BIN_ADD ? em_add_ : op == EM_BIN_SUB ? em_sub_ : op == EM_BIN_MUL ? em_mul_
+        : op == EM_BIN_DIV ? em_div_ : NULL;
+    bool commutes = op == EM_BIN_ADD || op == EM_BIN_MUL;
+    int c = !inplace ? -1 : own[0] ? 0 : own[1] && commutes ? 1 : -1;
+    em_status s;
+    if (c < 0) {
+        s = binary_forward(p, in, nin, out);
+    } else {
+        s = inplace(in[c], in[1 - c], out); /* consumes in[c] */
+        in[c] = NULL;
+    }
+    for (int i = 0; i < 2; i++)
+        if (own[i] && in[i]) {
+            em_tensor_release(in[i]);
+            in[i] = NULL;
+        }
+    return s;
+}
+
 /* gin[i] = unbroadcast(g) for input i; consumes g. */
 static em_status put(emi_ad_bw *bw, int i, em_tensor *g) {
     int rank;

@@ -21,6 +21,23 @@ static em_status scalar_forward(const void *params, em_tensor *const *in, int ni
     return emi_fail(EM_ERR_STATE, "scalar_forward: op %d has no recompute", (int)p->op);
 }
 
+/* scalar_forward in a consumed input's buffer (a * s and a + s). */
+em_status emi_scalar_forward_own(const void *params, em_tensor **in, const bool *own, int nin,
+                                 em_tensor **out) {
+    const emi_rule_scalar_params *p = params;
+    if (own[0] && (p->op == EM_BIN_MUL || p->op == EM_BIN_ADD)) {
+        em_tensor *a = in[0];
+        in[0] = NULL;
+        return p->op == EM_BIN_MUL ? em_mul_scalar_(a, p->s, out) : em_add_scalar_(a, p->s, out);
+    }
+    em_status s = scalar_forward(params, in, nin, out);
+    if (own[0]) {
+        em_tensor_release(in[0]);
+        in[0] = NULL;
+    }
+    return s;
+}
+
 /* a + s, a - s, remainder(a, s) = a - floor(a/s) s: d/da = 1 */
 static em_status pass_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
@@ -96,3 +113,16 @@ const emi_ad_rule *const emi_rules_scalar[EM_BIN_COUNT] = {
     [EM_BIN_DIV] = &rule_div, [EM_BIN_POW] = &rule_pow, [EM_BIN_REM] = &rule_rem,
     [EM_BIN_MAX] = &rule_max, [EM_BIN_MIN] = &rule_min,
 };
+
+emi_ad_forward_own emi_rule_forward_own(const emi_ad_rule *r) {
+    for (int op = 0; op < EM_BIN_COUNT; op++) {
+        if (emi_rules_scalar[op] == r) return emi_scalar_forward_own;
+        if (emi_rules_binary[op] == r)
+            return op == EM_BIN_ADD || op == EM_BIN_SUB || op == EM_BIN_MUL || op == EM_BIN_DIV
+                       ? emi_binary_forward_own
+                       : NULL;
+    }
+    for (int op = 0; op < EM_UN_COUNT; op++)
+        if (emi_rules_unary[op] == r && r != &emi_rule_no_grad) return emi_unary_forward_own;
+    return NULL;
+}

@@ -473,6 +473,23 @@ static em_status nan_to_num_backward(emi_ad_bw *bw) {
 
 #define IN0 EMI_NEED_IN(0)
 #define OUT EMI_NEED_OUT
+/* unary_forward in a consumed input's buffer where a consuming op exists (relu). */
+em_status emi_unary_forward_own(const void *params, em_tensor **in, const bool *own, int nin,
+                                em_tensor **out) {
+    const emi_rule_unary_params *p = params;
+    if (own[0] && p->op == EM_UN_RELU) {
+        em_tensor *x = in[0];
+        in[0] = NULL;
+        return em_relu_(x, out);
+    }
+    em_status s = unary_forward(params, in, nin, out);
+    if (own[0]) {
+        em_tensor_release(in[0]);
+        in[0] = NULL;
+    }
+    return s;
+}
+
 #define RULE(id, nm, needs, bw) \
     static const emi_ad_rule rule_##id = {nm, false, needs, unary_forward, bw}
 RULE(neg, "neg", 0, neg_backward);

@@ -424,19 +424,24 @@ static em_status log_softmax_forward(const void *p, em_tensor *const *in, int ni
     return em_log_softmax(in[0], *(const int *)p, out);
 }
 
-/* log_softmax: g - exp(y) * sum(g, dim, keepdim), softmax taken from the output. */
+/* log_softmax: g - exp(y) * sum(g, dim, keepdim), softmax taken from the output. Computed
+ * as exp(y) * -sum(g) + g in exp(y)'s buffer: the same bits (negation is exact), and one
+ * full-size temporary fewer at the peak of a classifier's backward. */
 static em_status log_softmax_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
-    em_tensor *y, *e = NULL, *sm = NULL, *t = NULL;
+    em_tensor *y, *e = NULL, *sm = NULL, *nsm = NULL, *t = NULL;
     em_status s;
     R_TRY(emi_bw_output(bw, &y));
-    R_TRY(em_exp(y, &e));
     R_TRY(em_sum_dim(bw->grad, along_dim(bw), true, &sm));
-    s = em_mul_(e, sm, &t); /* in e's buffer */
+    R_TRY(em_neg(sm, &nsm));
+    R_TRY(em_exp(y, &e));
+    s = em_mul_(e, nsm, &t); /* in e's buffer */
     e = NULL;
     if (s != EM_OK) goto done;
-    R_TRY(em_sub(bw->grad, t, &bw->gin[0]));
+    s = em_add_(t, bw->grad, &bw->gin[0]); /* in t's buffer */
+    t = NULL;
 done:
+    em_tensor_release(nsm);
     em_tensor_release(e);
     em_tensor_release(sm);
     em_tensor_release(t);

@@ -31,6 +31,16 @@ typedef struct emi_rule_scalar_params {
 } emi_rule_scalar_params;
 extern const emi_ad_rule *const emi_rules_scalar[EM_BIN_COUNT];
 
+/* The consuming recomputes of the three families (emi_rule_forward_own, elementwise_scalar.c,
+ * picks one): relu, add / sub / mul / div and a * s, a + s in the consumed input's buffer,
+ * the other ops as their forward, the consumed inputs released after. */
+em_status emi_unary_forward_own(const void *params, em_tensor **in, const bool *own, int nin,
+                                em_tensor **out);
+em_status emi_binary_forward_own(const void *params, em_tensor **in, const bool *own, int nin,
+                                 em_tensor **out);
+em_status emi_scalar_forward_own(const void *params, em_tensor **in, const bool *own, int nin,
+                                 em_tensor **out);
+
 /* elementwise_binary.c: where(cond, a, b) with inputs (a, b, cond); no params. */
 extern const emi_ad_rule emi_rule_where;
 
