@@ -91,8 +91,9 @@ static void emi_report_peak(const emi_ad_node *n, em_device dev) {
 #define EMI_REDO_FAR (EMI_REDO_NEAR + 1)
 
 /* Memory-bound ops that recomputing n's value runs from kept and saved values (0: n's is
- * kept or n is a leaf), EMI_REDO_FAR when more or through a compute-bound op (counted once a
- * walk, and never deeper than EMI_REDO_FAR levels). */
+ * kept or n is a leaf), EMI_REDO_FAR when more or through a compute-bound op (never looking
+ * deeper than EMI_REDO_FAR levels; what a call at level 0 finds is exact, so it alone is
+ * remembered for the walk). */
 static int emi_redo_depth(emi_ad_node *n, int level) {
     if (n->value || !n->rule) return 0;
     if (n->redo >= 0) return n->redo;
@@ -106,7 +107,7 @@ static int emi_redo_depth(emi_ad_node *n, int level) {
         if (e > d) d = e;
     }
     d = d + 1 > EMI_REDO_FAR ? EMI_REDO_FAR : d + 1;
-    n->redo = d;
+    if (level == 0) n->redo = d;
     return d;
 }
 
