@@ -4,7 +4,9 @@
  * level this build and CPU have, f32 and f64, with and without bias:
  *   - batches of several images a GEMM (small planes: every image in one chunk; larger: chunks
  *     of several images and a shorter last chunk), one image a GEMM (wide planes);
- *   - the weight gradient summed over chunks (an f32 reduction of about 10^4 terms a weight);
+ *   - the weight gradient summed over chunks (an f32 reduction of about 10^4 terms a weight),
+ *     each chunk's GEMMs taking blocks of about 256 columns (whole images: 4 of 8x8, with a
+ *     shorter last block; one image where planes are larger), summed into the chunk's sums;
  *   - im2col's long-copy path (unit strides, output rows as wide as x's: 'same' padding, with
  *     dilation) and its general path (strides 2, no padding, asymmetric kernels);
  *   - conv_transpose2d with unit strides as a conv of the flipped kernel (also with negative
@@ -18,6 +20,7 @@ static void conv_gemm_cases(void **state) {
     (void)state;
     const cc cases[] = {
         {{16, 8, 8, 8}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},    /* every image in one chunk, 'same' */
+        {{11, 4, 8, 8}, {6, 4, 3, 3}, 1, 1, 1, 1, 0},     /* wgrad blocks of 4, 4 and 3 images */
         {{12, 3, 30, 30}, {5, 3, 3, 3}, 1, 1, 1, 1, 0},   /* chunks of 5, 5, 2; wgrad: 2 chunks */
         {{9, 4, 7, 5}, {6, 2, 3, 3}, 2, 1, 1, 1, 0},      /* groups, odd sizes */
         {{7, 3, 9, 11}, {4, 3, 3, 3}, 1, 1, 2, 2, 0},     /* dilation, 'same' */

@@ -23,8 +23,9 @@
  *     the pool by images (each thread's GEMMs run alone; one image or too few: the GEMM
  *     threads inside): conv2d = w_g @ col(x) (no im2col for one-image chunks of 1x1 kernels),
  *     the products copied to [N, O, OH, OW]; conv2d_weight_grad = gy_g @ col(x)^T over slices
- *     of images (f32: at most 8192 terms a slice in f32, as PyTorch sums them all), the slices
- *     summed in double in order; conv_transpose2d with unit strides = the conv2d of x with the
+ *     of images (f32: at most 8192 terms a slice in f32, as PyTorch sums them all), each slice
+ *     a GEMM per block of about 256 columns summed into the slice's sums (the columns in
+ *     scratch are a block's, not a slice's 9x x), the slices summed in double in order; conv_transpose2d with unit strides = the conv2d of x with the
  *     flipped kernel (im2col, no scatter), else col2im(w_g^T @ x_g), the scatter-add threaded
  *     over (image, output channel). im2col copies a 'same' unit-stride row (output rows as wide
  *     as x's) as one shifted block.
@@ -793,6 +794,10 @@ static em_status wgrad_direct(const geom *q, em_dtype dt, const void *x, const v
 /* f32 weight gradients: at most this many terms summed in f32 inside one GEMM; the chunks'
  * products are summed in double (ref sums in double; PyTorch sums all N*OH*OW in f32) */
 #define WGRAD_F32_COLS 8192
+/* ...and each of its GEMMs takes about this many columns (the images of one block): a
+ * [16, 32, 16, 16] layer's 3x3 columns in scratch are then 288 KiB, not a slice's 4.5 MiB, at
+ * the same speed (a ResNet's step on an AMD EPYC, Zen 5: bench/README.md) */
+#define WGRAD_BLOCK_COLS 256
 
 /* Images per chunk: enough for `cols` GEMM columns, within CHUNK_BYTES of `per_col` bytes a
  * column, at least 1, at most N. */
@@ -1130,28 +1135,39 @@ static void wgrad_slices_range(int64_t lo, int64_t hi, void *arg) {
     const int64_t K = q->Cg * q->KH * q->KW, OHW = q->OH * q->OW, GK = q->O * K;
     const bool pw = is_pointwise(q);
     const int64_t nb = j->nb;
-    void *col = pw && nb == 1 ? NULL : cpu_scratch((size_t)(K * nb * OHW) * elem);
-    void *gyr = nb > 1 ? cpu_scratch((size_t)(q->Og * nb * OHW) * elem) : NULL;
-    if ((!col && !(pw && nb == 1)) || (!gyr && nb > 1)) {
+    /* a slice's images go through the GEMM a block of `sub` images at a time (about
+     * WGRAD_BLOCK_COLS columns, the products summed into the slice's partial): the im2col
+     * columns in scratch are one block's, not the slice's (9x a slice of x for 3x3 kernels) */
+    int64_t sub = WGRAD_BLOCK_COLS / (OHW > 0 ? OHW : 1);
+    sub = sub < 1 ? 1 : sub > nb ? nb : sub;
+    void *col = pw && sub == 1 ? NULL : cpu_scratch((size_t)(K * sub * OHW) * elem);
+    void *gyr = sub > 1 ? cpu_scratch((size_t)(q->Og * sub * OHW) * elem) : NULL;
+    if ((!col && !(pw && sub == 1)) || (!gyr && sub > 1)) {
         atomic_store_explicit(&j->failed, true, memory_order_relaxed);
     } else {
         for (int64_t k = lo; k < hi; k++) {
-            const int64_t n0 = k * nb, m = q->N - n0 < nb ? q->N - n0 : nb, cols = m * OHW;
+            const int64_t n0 = k * nb, m = q->N - n0 < nb ? q->N - n0 : nb;
             for (int64_t g = 0; g < q->G; g++) {
-                const void *b;
-                if (!col) {
-                    b = (const char *)j->x + (size_t)((n0 * q->C + g * q->Cg) * q->H * q->W) * elem;
-                } else {
-                    im2col_chunk(q, j->dt, j->x, col, n0, m, g);
-                    b = col;
-                }
-                char *pa = (char *)j->gy + (size_t)((n0 * q->O + g * q->Og) * OHW) * elem;
-                if (m > 1) {
-                    plane_copy(j->dt, pa, q->O, gyr, q->Og, m, OHW, NULL, false);
-                    pa = gyr;
-                }
                 char *c = (char *)j->part + (size_t)(k * GK + g * q->Og * K) * elem;
-                gemm(j->dt, CblasNoTrans, CblasTrans, q->Og, K, cols, pa, cols, b, cols, 0.0, c, K);
+                for (int64_t s0 = 0; s0 < m; s0 += sub) {
+                    const int64_t ms = m - s0 < sub ? m - s0 : sub, n1 = n0 + s0,
+                                  cols = ms * OHW;
+                    const void *b;
+                    if (!col) {
+                        b = (const char *)j->x +
+                            (size_t)((n1 * q->C + g * q->Cg) * q->H * q->W) * elem;
+                    } else {
+                        im2col_chunk(q, j->dt, j->x, col, n1, ms, g);
+                        b = col;
+                    }
+                    char *pa = (char *)j->gy + (size_t)((n1 * q->O + g * q->Og) * OHW) * elem;
+                    if (ms > 1) {
+                        plane_copy(j->dt, pa, q->O, gyr, q->Og, ms, OHW, NULL, false);
+                        pa = gyr;
+                    }
+                    gemm(j->dt, CblasNoTrans, CblasTrans, q->Og, K, cols, pa, cols, b, cols,
+                         s0 ? 1.0 : 0.0, c, K);
+                }
             }
         }
     }
