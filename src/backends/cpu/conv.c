@@ -798,6 +798,10 @@ static em_status wgrad_direct(const geom *q, em_dtype dt, const void *x, const v
  * [16, 32, 16, 16] layer's 3x3 columns in scratch are then 288 KiB, not a slice's 4.5 MiB, at
  * the same speed (a ResNet's step on an AMD EPYC, Zen 5: bench/README.md) */
 #define WGRAD_BLOCK_COLS 256
+/* A strided transposed conv's GEMM (k = its input channels, often 16-64: little reuse to
+ * gain from wide blocks) takes about this many columns a chunk: its im2col columns in scratch
+ * are 144 x 1024, not 144 x 4096, for a ResNet's stride-2 input gradients */
+#define CONVT_COLS 1024
 
 /* Images per chunk: enough for `cols` GEMM columns, within CHUNK_BYTES of `per_col` bytes a
  * column, at least 1, at most N. */
@@ -1241,7 +1245,7 @@ static bool convt_gemm_images(const em_view *out, const em_view *x, const void *
     q.Cg = q.C / q.G; /* the transposed conv's output channels per group */
     q.Og = q.O / q.G; /* its input channels per group */
     const int64_t KKo = q.Cg * q.KH * q.KW, IHW = q.OH * q.OW, HW = q.H * q.W;
-    const int64_t nb = chunk_of(n_hi - n_lo, IHW, (size_t)(KKo + q.Og) * elem, CHUNK_COLS);
+    const int64_t nb = chunk_of(n_hi - n_lo, IHW, (size_t)(KKo + q.Og) * elem, CONVT_COLS);
     void *col = cpu_scratch((size_t)(KKo * nb * IHW) * elem);
     void *xr = nb > 1 ? cpu_scratch((size_t)(q.Og * nb * IHW) * elem) : NULL;
     if (!col || (nb > 1 && !xr)) {
