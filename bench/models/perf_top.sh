@@ -12,7 +12,7 @@ set -eu
 build=$1 model=$2 mode=$3 steps=${4:-20}
 data=$(mktemp)
 trap 'rm -f "$data"' EXIT
-EMBER_NUM_THREADS=${EMBER_NUM_THREADS:-1} perf record -q -F 499 --call-graph dwarf,16384 \
+EMBER_NUM_THREADS=${EMBER_NUM_THREADS:-1} perf record -q -e cpu-clock -F 499 --call-graph dwarf,16384 \
     -o "$data" "$build/bench/models/ember-models" "$model" --mode "$mode" --warmup 1 \
     --steps "$steps" >&2
 echo "== $model $mode: self time by function"

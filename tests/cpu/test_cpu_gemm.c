@@ -181,7 +181,8 @@ static void entry(void **state) {
     const bool below = cpu_blas_core_warning(core, cpu_isa_best(), NULL, 0);
     /* auto: ember's unless OpenBLAS runs an AVX-512 kernel on an AVX-512 CPU or ember's
      * would run a level without FMA; skinny products (m <= 64, n and k >= 256) to OpenBLAS
-     * where its kernel fits */
+     * where its kernel fits and ember's runs no wider vectors (ember's avx512 level beats an
+     * AVX2 kernel on them too) */
     const bool blas512 = core && (strcasecmp(core, "skylakex") == 0 ||
                                   strcasecmp(core, "cooperlake") == 0 ||
                                   strcasecmp(core, "sapphirerapids") == 0) &&
@@ -191,7 +192,7 @@ static void entry(void **state) {
     else if (env && strcasecmp(env, "openblas") == 0) want = unrunnable;
     else {
         want = unrunnable || below || (!blas512 && cpu_isa() >= CPU_ISA_AVX2);
-        skinny_blas = want && !unrunnable && !below;
+        skinny_blas = want && !unrunnable && !below && cpu_isa() < CPU_ISA_AVX512;
     }
     assert_int_equal(cpu_gemm_is_ember(), want);
     /* the shape rule: only auto with a fit kernel sends skinny products to OpenBLAS */

@@ -449,6 +449,15 @@ static void section_models(em_device cpu) {
         {1, 128, 1024, 784, false, false, "mlp fc1 grad x"},
         {1, 128, 64, 128, false, true, "small"},
         {1, 512, 512, 512, false, false, "square"},
+        /* skinny products (few rows of C; OpenBLAS keeps them where its kernel's width is
+         * the level's): the ResNet's im2col convolutions (w [O, C*9] @ col [C*9, 16 images'
+         * positions]) and their weight gradients (gy [O, cols] @ col^T), and the MLP's */
+        {1, 16, 144, 4096, false, false, "conv 16x16 3x3"},
+        {1, 32, 288, 4096, false, false, "conv 32x32 3x3"},
+        {1, 64, 576, 1024, false, false, "conv 64x64 3x3"},
+        {1, 32, 1024, 288, false, true, "conv 32 wgrad"},
+        {1, 64, 1024, 576, false, true, "conv 64 wgrad"},
+        {1, 64, 1024, 1024, false, false, "skinny 64"},
         /* batch < 0: em_matmul of x [-batch, m, k] by a shared W^T [k, n], which cpu_matmul
          * folds into one GEMM of -batch * m rows; the direct calls run that GEMM */
         {-8, 128, 192, 576, false, true, "linear [8,128,192]"},
