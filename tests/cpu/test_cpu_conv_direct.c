@@ -11,6 +11,9 @@
  *   - conv_transpose2d with unit strides (the flipped kernel) and with strides (one direct conv
  *     an output phase, scattered): strides 2 and 3, kernels smaller than the stride (phases
  *     without taps), dilation with stride (gcd > 1), output padding, groups;
+ *   - x in the row layout and in the flat layout (rows of exactly OW elements a tap column,
+ *     vectors across rows), each chosen by the shape rule under EMBER_CPU_CONV=direct and
+ *     forced on every case by ctest's runs with direct-rows and direct-flat;
  *   - the weight gradient (direct over the batch);
  *   - no fallback to ref.
  */
