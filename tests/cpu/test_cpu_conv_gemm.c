@@ -31,6 +31,9 @@ static void conv_gemm_cases(void **state) {
         {{2, 3, 70, 70}, {4, 3, 1, 1}, 1, 1, 0, 1, 0},    /* pointwise, one image a GEMM */
         {{3, 2, 9, 9}, {3, 2, 3, 3}, 1, 1, 3, 1, 0},      /* convt: equivalent padding -1 */
         {{1, 5, 6, 6}, {3, 5, 3, 3}, 1, 1, 1, 1, 0},      /* one image */
+        /* the weight gradient's GEMM as col @ gy^T (288 taps a row, 32 channels a column;
+           the cases above with few taps keep gy @ col^T: wgrad_transposed) */
+        {{4, 32, 8, 8}, {32, 32, 3, 3}, 1, 1, 1, 1, 0},
     };
     run_conv_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }

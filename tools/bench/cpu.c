@@ -457,6 +457,10 @@ static void section_models(em_device cpu) {
         {1, 64, 576, 1024, false, false, "conv 64x64 3x3"},
         {1, 32, 1024, 288, false, true, "conv 32 wgrad"},
         {1, 64, 1024, 576, false, true, "conv 64 wgrad"},
+        {1, 288, 1024, 32, false, true, "conv 32 wgrad^T"},
+        {1, 576, 1024, 64, false, true, "conv 64 wgrad^T"},
+        {1, 144, 4096, 32, false, true, "conv 16>32 wgrad^T"},
+        {1, 32, 4096, 144, false, true, "conv 16>32 wgrad"},
         {1, 64, 1024, 1024, false, false, "skinny 64"},
         /* batch < 0: em_matmul of x [-batch, m, k] by a shared W^T [k, n], which cpu_matmul
          * folds into one GEMM of -batch * m rows; the direct calls run that GEMM */
