@@ -631,6 +631,74 @@ KERNELS(double, vd, vdu, vdi, VLD, f64, LD_F64, BC_F64)
 FLAT_FROM_PADDED(float, vfu, VLF, f32)
 FLAT_FROM_PADDED(double, vdu, VLD, f64)
 
+/* pad_rows for stride-2 columns, whose two phases are x's even and odd padded columns: each
+ * row is first laid out zero-padded in a buffer, then split a pair of vectors at a time by two
+ * shuffles (the scalar split, one element a cycle, cost a ResNet's stride-2 convs a third of
+ * their time). Rows wider than the buffer take pad_rows. */
+#define PAD_S2_MAX 2048
+#if defined(__GNUC__) && !defined(__clang__)
+/* d[0, VL) = the even elements of row[0, 2*VL), d[WPh, WPh + VL) the odd ones */
+#define SPLIT2(T, V, VU, VL)                                                                       \
+    do {                                                                                           \
+        const V a = *(const VU *)(rw), b = *(const VU *)(rw + VL);                                 \
+        *(VU *)(dm) = __builtin_shuffle(a, b, ev);                                                 \
+        *(VU *)(dm + WPh) = __builtin_shuffle(a, b, od);                                           \
+    } while (0)
+#else /* clang: its shuffle builtin takes the lanes as constants; it vectorizes the loop */
+#define SPLIT2(T, V, VU, VL)                                                                       \
+    do {                                                                                           \
+        (void)ev, (void)od;                                                                        \
+        for (int i = 0; i < VL; i++) {                                                             \
+            dm[i] = rw[2 * i];                                                                     \
+            dm[WPh + i] = rw[2 * i + 1];                                                           \
+        }                                                                                          \
+    } while (0)
+#endif
+#define PAD_ROWS_S2(T, V, VU, VI, VL, SUF)                                                         \
+    static void pad_rows_s2_##SUF(const T *src, T *dst, const geom *q, int64_t r0, int64_t R,    \
+                                  const padded *p) {                                               \
+        const int64_t WPh = p->WPh, W = q->W, px = q->px;                                         \
+        if (2 * WPh + 2 * VL > PAD_S2_MAX) {                                                       \
+            pad_rows_##SUF(src, dst, q, r0, R, p);                                                 \
+            return;                                                                                \
+        }                                                                                          \
+        T row[PAD_S2_MAX];                                                                         \
+        VI ev, od;                                                                                 \
+        for (int i = 0; i < VL; i++) {                                                             \
+            ev[i] = 2 * i;                                                                         \
+            od[i] = 2 * i + 1;                                                                     \
+        }                                                                                          \
+        /* padded column j = input column j - px: [lo, hi) come from x */                        \
+        const int64_t lo = clampi(px, 0, 2 * WPh), hi = clampi(W + px, lo, 2 * WPh);              \
+        for (int64_t j = 0; j < lo; j++) row[j] = 0;                                               \
+        for (int64_t j = hi; j < 2 * WPh; j++) row[j] = 0;                                         \
+        for (int64_t c = 0; c < q->Cg; c++) {                                                      \
+            const T *sc = src + c * q->H * W;                                                      \
+            for (int64_t r = 0; r < R; r++) {                                                      \
+                T *d = dst + (c * R + r) * p->WP;                                                  \
+                const int64_t iy = r0 + r - q->py;                                                 \
+                if (iy < 0 || iy >= q->H) {                                                        \
+                    for (int64_t m = 0; m < p->WP; m++) d[m] = 0;                                  \
+                    continue;                                                                      \
+                }                                                                                  \
+                const T *sr = sc + iy * W - px;                                                    \
+                for (int64_t j = lo; j < hi; j++) row[j] = sr[j];                                  \
+                int64_t m = 0;                                                                     \
+                for (; m + VL <= WPh; m += VL) {                                                   \
+                    const T *rw = row + 2 * m;                                                     \
+                    T *dm = d + m;                                                                 \
+                    SPLIT2(T, V, VU, VL);                                                          \
+                }                                                                                  \
+                for (; m < WPh; m++) {                                                             \
+                    d[m] = row[2 * m];                                                             \
+                    d[WPh + m] = row[2 * m + 1];                                                   \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+PAD_ROWS_S2(float, vf, vfu, vfi, VLF, f32)
+PAD_ROWS_S2(double, vd, vdu, vdi, VLD, f64)
+
 typedef void (*rows_fn)(const direct_job *j, const void *xp, const slots *sl,
                         const xlayout *L, int64_t n, int64_t g);
 typedef void (*wgrad_fn)(const geom *q, const void *xp, int64_t plane, const padded *pl,
@@ -740,11 +808,13 @@ static void direct_range(int64_t lo, int64_t hi, void *arg) {
         const int64_t R = (b - 1 - a) * q->sy + span;
         const size_t src_off = (size_t)((n * q->C + g * q->Cg) * q->H * q->W);
         if (j->elem == 4)
-            pad_rows_f32((const float *)j->x + src_off, (float *)(void *)pad, q, a * q->sy, R,
-                         &j->pl);
+            (q->sx == 2 ? pad_rows_s2_f32 : pad_rows_f32)((const float *)j->x + src_off,
+                                                          (float *)(void *)pad, q, a * q->sy, R,
+                                                          &j->pl);
         else
-            pad_rows_f64((const double *)j->x + src_off, (double *)(void *)pad, q, a * q->sy, R,
-                         &j->pl);
+            (q->sx == 2 ? pad_rows_s2_f64 : pad_rows_f64)((const double *)j->x + src_off,
+                                                          (double *)(void *)pad, q, a * q->sy, R,
+                                                          &j->pl);
         if (j->flat) {
             const int64_t rph = (R + q->sy - 1) / q->sy;
             if (j->elem == 4)
