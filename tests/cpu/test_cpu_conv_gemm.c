@@ -25,6 +25,10 @@ static void conv_gemm_cases(void **state) {
         {{9, 4, 7, 5}, {6, 2, 3, 3}, 2, 1, 1, 1, 0},      /* groups, odd sizes */
         {{7, 3, 9, 11}, {4, 3, 3, 3}, 1, 1, 2, 2, 0},     /* dilation, 'same' */
         {{6, 4, 9, 8}, {6, 4, 3, 2}, 1, 2, 1, 1, 0},      /* strides 2, asymmetric kernel */
+        /* strided im2col through the flat layout (row phases, dilation across them), and
+           stride 3 (no shuffle split) */
+        {{3, 5, 13, 12}, {4, 5, 3, 3}, 1, 2, 2, 3, 0},
+        {{2, 6, 17, 16}, {8, 3, 3, 3}, 2, 3, 1, 1, 0},
         {{5, 3, 10, 9}, {4, 3, 3, 3}, 1, 1, 0, 1, 0},     /* no padding: general im2col */
         {{8, 6, 9, 9}, {8, 6, 1, 1}, 1, 2, 0, 1, 0},      /* 1x1 stride 2 (a shortcut) */
         {{10, 6, 5, 7}, {4, 6, 1, 1}, 1, 1, 0, 1, 0},     /* pointwise, batched */

@@ -699,6 +699,40 @@ FLAT_FROM_PADDED(double, vdu, VLD, f64)
 PAD_ROWS_S2(float, vf, vfu, vfi, VLF, f32)
 PAD_ROWS_S2(double, vd, vdu, vdi, VLD, f64)
 
+/* im2col of whole channels of a strided conv (not 1x1): the channels' padded rows (pad_rows,
+ * stride-2 columns split by shuffles), their flat layout (flat_rows: per tap column and row
+ * phase, rows of exactly OW), then each row of col, tap (c, kh, kw), is one contiguous run of
+ * OH*OW elements of it. The per-row strided gathers this replaces were half of a ResNet's
+ * stride-2 weight gradients. false: no scratch (the caller takes the row-by-row path). */
+#define IM2COL_FLAT(T, VL, SUF)                                                                    \
+    static bool im2col_flat_##SUF(const T *src, T *col, int64_t ld, const geom *qg, int64_t c0,   \
+                                  int64_t c1) {                                                    \
+        geom q = *qg;                                                                              \
+        q.Cg = c1 - c0;                                                                            \
+        const padded pl = padded_layout(&q, q.OW);                                                 \
+        const int64_t R = (q.OH - 1) * q.sy + (q.KH - 1) * q.dy + 1;                               \
+        const int64_t Rph = (R + q.sy - 1) / q.sy, S = Rph * q.OW + VL, OHW = q.OH * q.OW;         \
+        const int64_t np = q.Cg * R * pl.WP + VL, nf = q.Cg * q.KW * q.sy * S;                     \
+        T *pad = cpu_scratch((size_t)(np + nf) * sizeof(T));                                       \
+        if (!pad) return false;                                                                    \
+        T *flat = pad + np;                                                                        \
+        const T *s0 = src + c0 * q.H * q.W;                                                        \
+        (q.sx == 2 ? pad_rows_s2_##SUF : pad_rows_##SUF)(s0, pad, &q, 0, R, &pl);                  \
+        flat_rows_##SUF(pad, R, &pl, &q, Rph, S, flat);                                            \
+        for (int64_t c = 0; c < q.Cg; c++)                                                         \
+            for (int64_t kh = 0; kh < q.KH; kh++)                                                  \
+                for (int64_t kw = 0; kw < q.KW; kw++) {                                            \
+                    const T *f = flat + ((c * q.KW + kw) * q.sy + (kh * q.dy) % q.sy) * S +        \
+                                 (kh * q.dy) / q.sy * q.OW;                                        \
+                    T *d = col + (((c0 + c) * q.KH + kh) * q.KW + kw) * ld;                        \
+                    for (int64_t i = 0; i < OHW; i++) d[i] = f[i];                                 \
+                }                                                                                  \
+        cpu_scratch_free(pad);                                                                     \
+        return true;                                                                               \
+    }
+IM2COL_FLAT(float, VLF, f32)
+IM2COL_FLAT(double, VLD, f64)
+
 typedef void (*rows_fn)(const direct_job *j, const void *xp, const slots *sl,
                         const xlayout *L, int64_t n, int64_t g);
 typedef void (*wgrad_fn)(const geom *q, const void *xp, int64_t plane, const padded *pl,
@@ -1064,8 +1098,21 @@ static void im2col_range(int64_t lo, int64_t hi, void *arg) {
          * whole channels) */
         const int64_t KK = q->KH * q->KW, a = (k0 + KK - 1) / KK * KK, b = k1 / KK * KK;
         const int64_t cut[4] = {k0, a < b ? a : k1, a < b ? b : k1, k1};
+        /* strided, not 1x1: whole channels through the flat layout */
+        const bool flat = (q->sx > 1 || q->sy > 1) && KK > 1 && q->KW <= MAX_KW;
         for (int p = 0; p < 3; p++) {
             if (cut[p + 1] <= cut[p]) continue;
+            if (p == 1 && flat && cut[1] < cut[2]) {
+                const bool ok =
+                    j->dt == EM_F32
+                        ? im2col_flat_f32((const float *)j->src + n * img,
+                                          (float *)j->col + n * OHW, j->ld, q, cut[1] / KK,
+                                          cut[2] / KK)
+                        : im2col_flat_f64((const double *)j->src + n * img,
+                                          (double *)j->col + n * OHW, j->ld, q, cut[1] / KK,
+                                          cut[2] / KK);
+                if (ok) continue;
+            }
             if (j->dt == EM_F32)
                 im2col_f32((const float *)j->src + n * img, (float *)j->col + n * OHW, j->ld, q,
                            cut[p], cut[p + 1]);
