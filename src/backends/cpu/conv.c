@@ -733,6 +733,61 @@ PAD_ROWS_S2(double, vd, vdu, vdi, VLD, f64)
 IM2COL_FLAT(float, VLF, f32)
 IM2COL_FLAT(double, VLD, f64)
 
+/* col2im of a strided transposed conv (q as in col2im: x its output, H x W) for output planes
+ * [p0, p1): each plane's sums gather in padded rows in the phase layout of padded_layout (so
+ * that the OW inputs of one col row at one tap land on OW consecutive elements: contiguous
+ * adds, not strided ones), then each output row is read out of them phase by phase, with the
+ * bias. The strided scatter-adds this replaces were half of a ResNet's stride-2 input
+ * gradients. false: no scratch (the caller takes col2im). */
+#define COL2IM_FLAT(T, SUF)                                                                        \
+    static bool col2im_flat_##SUF(const T *col, int64_t ld, T *out, const T *bias,              \
+                                  const geom *q, int64_t p0, int64_t p1) {                         \
+        const padded pl = padded_layout(q, q->OW);                                                 \
+        const int64_t R = (q->OH - 1) * q->sy + (q->KH - 1) * q->dy + 1, WP = pl.WP;               \
+        const int64_t WPh = pl.WPh, sx = q->sx, OW = q->OW, KK = q->KH * q->KW;                    \
+        T *P = cpu_scratch((size_t)(R * WP + WP) * sizeof(T));                                     \
+        if (!P) return false;                                                                      \
+        T *row = P + R * WP; /* a padded row in column order */                                    \
+        for (int64_t p = p0; p < p1; p++) {                                                        \
+            for (int64_t i = 0; i < R * WP; i++) P[i] = 0;                                         \
+            for (int64_t kh = 0; kh < q->KH; kh++)                                                 \
+                for (int64_t kw = 0; kw < q->KW; kw++) {                                           \
+                    const T *cr = col + (p * KK + kh * q->KW + kw) * ld;                           \
+                    T *pr = P + kh * q->dy * WP + pl.tap[kw];                                      \
+                    for (int64_t oy = 0; oy < q->OH; oy++, cr += OW, pr += q->sy * WP)             \
+                        for (int64_t ox = 0; ox < OW; ox++) pr[ox] += cr[ox];                      \
+                }                                                                                  \
+            T *o = out + p * q->H * q->W;                                                          \
+            const T b = bias ? bias[p] : (T)0;                                                     \
+            /* output columns [0, ixe) have a padded column (ix + px < WP) */                    \
+            const int64_t ixe = clampi(WP - q->px, 0, q->W);                                       \
+            for (int64_t iy = 0; iy < q->H; iy++, o += q->W) {                                     \
+                const int64_t r = iy + q->py;                                                      \
+                if (r < 0 || r >= R) { /* rows no tap reaches */                                   \
+                    for (int64_t ix = 0; ix < q->W; ix++) o[ix] = b;                               \
+                    continue;                                                                      \
+                }                                                                                  \
+                /* element m of phase ph is padded column m*sx + ph */                             \
+                const T *pp = P + r * WP;                                                          \
+                if (sx == 2)                                                                       \
+                    for (int64_t m = 0; m < WPh; m++) {                                            \
+                        row[2 * m] = pp[m];                                                        \
+                        row[2 * m + 1] = pp[WPh + m];                                              \
+                    }                                                                              \
+                else                                                                               \
+                    for (int64_t ph = 0; ph < sx; ph++)                                            \
+                        for (int64_t m = 0; m < WPh; m++) row[m * sx + ph] = pp[ph * WPh + m];     \
+                const T *rp = row + q->px;                                                         \
+                for (int64_t ix = 0; ix < ixe; ix++) o[ix] = b + rp[ix];                           \
+                for (int64_t ix = ixe; ix < q->W; ix++) o[ix] = b;                                 \
+            }                                                                                      \
+        }                                                                                          \
+        cpu_scratch_free(P);                                                                       \
+        return true;                                                                               \
+    }
+COL2IM_FLAT(float, f32)
+COL2IM_FLAT(double, f64)
+
 typedef void (*rows_fn)(const direct_job *j, const void *xp, const slots *sl,
                         const xlayout *L, int64_t n, int64_t g);
 typedef void (*wgrad_fn)(const geom *q, const void *xp, int64_t plane, const padded *pl,
@@ -1133,7 +1188,14 @@ static void col2im_range(int64_t lo, int64_t hi, void *arg) {
     while (lo < hi) {
         const int64_t n = lo / q->Cg, p0 = lo % q->Cg;
         const int64_t p1 = p0 + (hi - lo) < q->Cg ? p0 + (hi - lo) : q->Cg;
-        if (j->dt == EM_F32)
+        const bool strided = q->sx > 1 || q->sy > 1;
+        if (strided && j->dt == EM_F32 &&
+            col2im_flat_f32((const float *)j->col + n * OHW, j->ld, (float *)j->out + n * img,
+                            j->bias, q, p0, p1)) {
+        } else if (strided && j->dt == EM_F64 &&
+                   col2im_flat_f64((const double *)j->col + n * OHW, j->ld,
+                                   (double *)j->out + n * img, j->bias, q, p0, p1)) {
+        } else if (j->dt == EM_F32)
             col2im_f32((const float *)j->col + n * OHW, j->ld, (float *)j->out + n * img,
                        j->bias, q, p0, p1);
         else
