@@ -1617,15 +1617,26 @@ static em_status wgrad_f(const em_view *gw, const em_view *x, const em_view *gy,
         s = oom();
     } else {
         cpu_parallel_for(S, 1, wgrad_slices_range, &j);
-        /* the slices summed in double, in order */
-        for (int64_t i = 0; i < GK; i++) {
-            double t = 0;
+        /* the slices summed in double, in order, a block of elements at a time (a loop over
+         * the slices per element, strided and scalar, was a tenth of a 2-thread weight
+         * gradient) */
+        for (int64_t i0 = 0; i0 < GK; i0 += 256) {
+            const int64_t nbk = GK - i0 < 256 ? GK - i0 : 256;
+            double t[256];
+            for (int64_t i = 0; i < nbk; i++) t[i] = 0;
+            for (int64_t k = 0; k < S; k++) {
+                if (dt == EM_F32) {
+                    const float *pk = (const float *)j.part + k * GK + i0;
+                    for (int64_t i = 0; i < nbk; i++) t[i] += pk[i];
+                } else {
+                    const double *pk = (const double *)j.part + k * GK + i0;
+                    for (int64_t i = 0; i < nbk; i++) t[i] += pk[i];
+                }
+            }
             if (dt == EM_F32)
-                for (int64_t k = 0; k < S; k++) t += ((const float *)j.part)[k * GK + i];
+                for (int64_t i = 0; i < nbk; i++) ((float *)cpu_ptr(gw))[i0 + i] = (float)t[i];
             else
-                for (int64_t k = 0; k < S; k++) t += ((const double *)j.part)[k * GK + i];
-            if (dt == EM_F32) ((float *)cpu_ptr(gw))[i] = (float)t;
-            else ((double *)cpu_ptr(gw))[i] = t;
+                for (int64_t i = 0; i < nbk; i++) ((double *)cpu_ptr(gw))[i0 + i] = t[i];
         }
         cpu_scratch_free(j.part);
     }
