@@ -1226,7 +1226,8 @@ static void col2im_range(int64_t lo, int64_t hi, void *arg) {
     while (lo < hi) {
         const int64_t n = lo / q->Cg, p0 = lo % q->Cg;
         const int64_t p1 = p0 + (hi - lo) < q->Cg ? p0 + (hi - lo) : q->Cg;
-        const bool strided = q->sx > 1 || q->sy > 1;
+        /* strided, not 1x1 (a 1x1 kernel's scatter touches each output once: col2im) */
+        const bool strided = (q->sx > 1 || q->sy > 1) && q->KH * q->KW > 1;
         if (strided && j->dt == EM_F32 &&
             col2im_flat_f32((const float *)j->col + n * OHW, j->ld, (float *)j->out + n * img,
                             j->bias, q, p0, p1)) {
