@@ -36,7 +36,8 @@ typedef struct cpu_pool {
     cpu_range_fn fn;
     void *arg;
     int64_t n, chunk;
-    atomic_llong next;
+    /* the chunks not yet taken: [front, back) of chunk numbers, front in the low 32 bits */
+    atomic_ullong ends;
 } cpu_pool;
 
 static cpu_pool pool = {
@@ -47,11 +48,23 @@ static cpu_pool pool = {
 };
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
-static void run_chunks(void) {
+/* The caller takes chunks from the front of the range, the workers from the back: the caller
+ * then runs the first part of every job and the workers the last, so that consecutive ops
+ * split their data alike (a conv's first images and the elementwise op after it on the same
+ * core), where taking chunks in turn scattered them over both cores' caches. */
+static void run_chunks(bool from_back) {
     for (;;) {
-        int64_t lo = atomic_fetch_add_explicit(&pool.next, pool.chunk, memory_order_relaxed);
-        if (lo >= pool.n) return;
-        int64_t hi = lo + pool.chunk < pool.n ? lo + pool.chunk : pool.n;
+        unsigned long long e = atomic_load_explicit(&pool.ends, memory_order_relaxed), t;
+        int64_t c;
+        do {
+            const unsigned long long front = e & 0xffffffffull, back = e >> 32;
+            if (front >= back) return;
+            c = (int64_t)(from_back ? back - 1 : front);
+            t = from_back ? ((back - 1) << 32) | front : (back << 32) | (front + 1);
+        } while (!atomic_compare_exchange_weak_explicit(&pool.ends, &e, t, memory_order_relaxed,
+                                                        memory_order_relaxed));
+        const int64_t lo = c * pool.chunk;
+        const int64_t hi = lo + pool.chunk < pool.n ? lo + pool.chunk : pool.n;
         pool.fn(lo, hi, pool.arg);
     }
 }
@@ -112,7 +125,7 @@ static void *worker(void *unused) {
                                                            memory_order_acq_rel,
                                                            memory_order_acquire);
         if (!joined) continue;
-        run_chunks();
+        run_chunks(true);
         w = atomic_fetch_sub_explicit(&pool.job, 1, memory_order_acq_rel) - 1;
         if ((w & JOB_ACTIVE) == 0 && !(w & JOB_OPEN)) { /* the last one out of a closed job */
             pthread_mutex_lock(&pool.lock);
@@ -166,14 +179,15 @@ void cpu_parallel_for(int64_t n, int64_t grain, cpu_range_fn fn, void *arg) {
     pool.arg = arg;
     pool.n = n;
     pool.chunk = chunk;
-    atomic_store_explicit(&pool.next, 0, memory_order_relaxed);
+    const unsigned long long nchunks = (unsigned long long)((n + chunk - 1) / chunk);
+    atomic_store_explicit(&pool.ends, nchunks << 32, memory_order_relaxed);
     /* no worker is inside a job now (the last caller waited for them): publish this one */
     unsigned long gen = JOB_GEN(atomic_load_explicit(&pool.job, memory_order_relaxed)) + 1;
     pthread_mutex_lock(&pool.lock);
     atomic_store_explicit(&pool.job, (gen << 33) | JOB_OPEN, memory_order_release);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
-    run_chunks();
+    run_chunks(false);
     /* every chunk is taken: close the job, then wait for the workers that joined it */
     atomic_fetch_and_explicit(&pool.job, ~JOB_OPEN, memory_order_acq_rel);
     if (!spin_until(none_inside, 0)) {
