@@ -631,68 +631,67 @@ KERNELS(double, vd, vdu, vdi, VLD, f64, LD_F64, BC_F64)
 FLAT_FROM_PADDED(float, vfu, VLF, f32)
 FLAT_FROM_PADDED(double, vdu, VLD, f64)
 
-/* pad_rows for stride-2 columns, whose two phases are x's even and odd padded columns: each
- * row is first laid out zero-padded in a buffer, then split a pair of vectors at a time by two
- * shuffles (the scalar split, one element a cycle, cost a ResNet's stride-2 convs a third of
- * their time). Rows wider than the buffer take pad_rows. */
-#define PAD_S2_MAX 2048
+/* pad_rows for stride-2 columns, whose two phases are x's even and odd padded columns: padded
+ * column j = s + px of source column s is element j >> 1 of phase j & 1, so each pair of
+ * vectors of a row (2*VL source columns from an even one) splits by two shuffles into VL
+ * consecutive elements of each phase (the scalar split, one element a cycle, cost a ResNet's
+ * stride-2 convs a third of their time; splitting a zero-padded copy of the row instead cost
+ * a copy more). The rest of a row, and pairs that would reach past a phase, go one by one. */
 #if defined(__GNUC__) && !defined(__clang__)
-/* d[0, VL) = the even elements of row[0, 2*VL), d[WPh, WPh + VL) the odd ones */
+/* d[me, me + VL) = the even elements of sr[s0, s0 + 2*VL), d[mo, mo + VL) the odd ones */
 #define SPLIT2(T, V, VU, VL)                                                                       \
     do {                                                                                           \
-        const V a = *(const VU *)(rw), b = *(const VU *)(rw + VL);                                 \
-        *(VU *)(dm) = __builtin_shuffle(a, b, ev);                                                 \
-        *(VU *)(dm + WPh) = __builtin_shuffle(a, b, od);                                           \
+        const V a = *(const VU *)(sr + s0), b = *(const VU *)(sr + s0 + VL);                       \
+        *(VU *)(d + me) = __builtin_shuffle(a, b, ev);                                             \
+        *(VU *)(d + mo) = __builtin_shuffle(a, b, od);                                             \
     } while (0)
 #else /* clang: its shuffle builtin takes the lanes as constants; it vectorizes the loop */
 #define SPLIT2(T, V, VU, VL)                                                                       \
     do {                                                                                           \
         (void)ev, (void)od;                                                                        \
         for (int i = 0; i < VL; i++) {                                                             \
-            dm[i] = rw[2 * i];                                                                     \
-            dm[WPh + i] = rw[2 * i + 1];                                                           \
+            d[me + i] = sr[s0 + 2 * i];                                                            \
+            d[mo + i] = sr[s0 + 2 * i + 1];                                                        \
         }                                                                                          \
     } while (0)
 #endif
 #define PAD_ROWS_S2(T, V, VU, VI, VL, SUF)                                                         \
     static void pad_rows_s2_##SUF(const T *src, T *dst, const geom *q, int64_t r0, int64_t R,    \
                                   const padded *p) {                                               \
-        const int64_t WPh = p->WPh, W = q->W, px = q->px;                                         \
-        if (2 * WPh + 2 * VL > PAD_S2_MAX) {                                                       \
-            pad_rows_##SUF(src, dst, q, r0, R, p);                                                 \
-            return;                                                                                \
-        }                                                                                          \
-        T row[PAD_S2_MAX];                                                                         \
+        const int64_t WPh = p->WPh, WP = p->WP, W = q->W, px = q->px;                             \
         VI ev, od;                                                                                 \
         for (int i = 0; i < VL; i++) {                                                             \
             ev[i] = 2 * i;                                                                         \
             od[i] = 2 * i + 1;                                                                     \
         }                                                                                          \
-        /* padded column j = input column j - px: [lo, hi) come from x */                        \
-        const int64_t lo = clampi(px, 0, 2 * WPh), hi = clampi(W + px, lo, 2 * WPh);              \
-        for (int64_t j = 0; j < lo; j++) row[j] = 0;                                               \
-        for (int64_t j = hi; j < 2 * WPh; j++) row[j] = 0;                                         \
+        /* pairs of vectors from source column 0 while they stay inside the phases (the same  \
+           for every row), then the rest: phase ph's elements [lo[ph], hi[ph]) are source     \
+           columns 2*m + ph - px past them */                                                     \
+        int64_t sv = 0;                                                                            \
+        while (sv + 2 * VL <= W && sv + px >= 0 && sv + px + 2 * VL <= 2 * WPh) sv += 2 * VL;      \
+        int64_t lo[2], hi[2];                                                                      \
+        for (int ph = 0; ph < 2; ph++) {                                                           \
+            lo[ph] = clampi(ceil_div(sv + px - ph, 2), 0, WPh);                                    \
+            hi[ph] = clampi(ceil_div(W + px - ph, 2), lo[ph], WPh);                                \
+        }                                                                                          \
         for (int64_t c = 0; c < q->Cg; c++) {                                                      \
             const T *sc = src + c * q->H * W;                                                      \
             for (int64_t r = 0; r < R; r++) {                                                      \
-                T *d = dst + (c * R + r) * p->WP;                                                  \
-                const int64_t iy = r0 + r - q->py;                                                 \
-                if (iy < 0 || iy >= q->H) {                                                        \
-                    for (int64_t m = 0; m < p->WP; m++) d[m] = 0;                                  \
-                    continue;                                                                      \
-                }                                                                                  \
-                const T *sr = sc + iy * W - px;                                                    \
-                for (int64_t j = lo; j < hi; j++) row[j] = sr[j];                                  \
+                T *d = dst + (c * R + r) * WP;                                                     \
                 int64_t m = 0;                                                                     \
-                for (; m + VL <= WPh; m += VL) {                                                   \
-                    const T *rw = row + 2 * m;                                                     \
-                    T *dm = d + m;                                                                 \
+                for (; m + VL <= WP; m += VL) *(VU *)(d + m) = (VU){0};                            \
+                for (; m < WP; m++) d[m] = 0;                                                      \
+                const int64_t iy = r0 + r - q->py;                                                 \
+                if (iy < 0 || iy >= q->H) continue;                                                \
+                const T *sr = sc + iy * W;                                                         \
+                for (int64_t s0 = 0; s0 < sv; s0 += 2 * VL) {                                      \
+                    const int64_t j0 = s0 + px;                                                    \
+                    const int64_t me = (j0 & 1) * WPh + (j0 >> 1);                                 \
+                    const int64_t mo = ((j0 + 1) & 1) * WPh + ((j0 + 1) >> 1);                     \
                     SPLIT2(T, V, VU, VL);                                                          \
                 }                                                                                  \
-                for (; m < WPh; m++) {                                                             \
-                    d[m] = row[2 * m];                                                             \
-                    d[WPh + m] = row[2 * m + 1];                                                   \
-                }                                                                                  \
+                for (m = lo[0]; m < hi[0]; m++) d[m] = sr[2 * m - px];                             \
+                for (m = lo[1]; m < hi[1]; m++) d[WPh + m] = sr[2 * m + 1 - px];                   \
             }                                                                                      \
         }                                                                                          \
     }
