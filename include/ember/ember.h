@@ -495,6 +495,7 @@ em_status em_div_(em_tensor *a, const em_tensor *b, em_tensor **out);
 em_status em_mul_scalar_(em_tensor *a, double s, em_tensor **out);
 em_status em_add_scalar_(em_tensor *a, double s, em_tensor **out);
 em_status em_relu_(em_tensor *x, em_tensor **out);
+em_status em_exp_(em_tensor *x, em_tensor **out);
 
 /* ---- comparisons (same dtype, broadcast; result EM_BOOL) ---- */
 em_status em_eq(const em_tensor *a, const em_tensor *b, em_tensor **out);
@@ -778,6 +779,13 @@ em_status em_rand_bernoulli(const int64_t *shape, int rank, em_dtype dt, double 
  *         as a backward rule may still need it: when an output's last handle is released
  *         before any recorded op needed it (directly or through memory-bound ops that would
  *         be recomputed from it), it is let go (the last matmul before a loss costs nothing).
+ *         One exception: a matmul whose output is larger than its two inputs together and
+ *         cheap to make again (2k FLOPs an output element, k the contracted extent, at most
+ *         64 FLOPs for each byte the output holds beyond its inputs) is recomputed from its
+ *         inputs, which its own backward holds anyway: attention scores q @ k^T of heads of
+ *         32 on 128 positions ([T, T] from two [T, d]) are made again in backward, a Linear
+ *         from C to 4C (2C FLOPs an element) keeps its output. Recomputing costs that product
+ *         once and no memory.
  *       * Memory-bound ops (elementwise, activations, reductions, softmax, layer_norm,
  *         batch_norm, layout, indexing) keep nothing of their own: a value one of them
  *         produced that a rule reads is recomputed during backward from the nearest kept

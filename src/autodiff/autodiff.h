@@ -111,6 +111,11 @@ struct emi_ad_bw {
 em_status emi_bw_input(emi_ad_bw *bw, int i, em_tensor **value);
 /** The value of the op's output (untracked, borrowed). */
 em_status emi_bw_output(emi_ad_bw *bw, em_tensor **value);
+/** The value of the op's output, owned by the rule (it releases or consumes it): a node's
+ *  rule is the last reader of its output (its consumers' rules ran before it, and no later
+ *  recompute reads it), so the tape lets go of its own reference, and a consuming op
+ *  (em_exp_, em_mul_, ...) writes into the buffer when nothing else holds it. */
+em_status emi_bw_output_take(emi_ad_bw *bw, em_tensor **value);
 /** Input i's shape and rank as the op saw it. */
 const int64_t *emi_bw_in_shape(const emi_ad_bw *bw, int i, int *rank);
 /** Input i's dtype. */

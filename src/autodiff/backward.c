@@ -230,6 +230,22 @@ em_status emi_bw_input(emi_ad_bw *bw, int i, em_tensor **value) {
 
 em_status emi_bw_output(emi_ad_bw *bw, em_tensor **value) { return emi_ad_value(bw->node, value); }
 
+em_status emi_bw_output_take(emi_ad_bw *bw, em_tensor **value) {
+    emi_ad_node *n = bw->node;
+    em_tensor *v;
+    em_status s = emi_ad_value(n, &v);
+    if (s != EM_OK) return s;
+    em_tensor_retain(v);
+    if (n->value == v) {
+        em_tensor_release(n->value);
+        n->value = NULL;
+    } else if (n->cache == v && n->viewers == 0) {
+        emi_cache_drop(n); /* a view of another recomputed value lets that one go too */
+    }
+    *value = v;
+    return EM_OK;
+}
+
 const int64_t *emi_bw_in_shape(const emi_ad_bw *bw, int i, int *rank) {
     *rank = bw->node->in[i].rank;
     return bw->node->in[i].shape;

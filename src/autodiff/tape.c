@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autodiff/rules/rules.h"
 #include "autodiff/tape_impl.h"
 
 static const char *emi_ckpt_name(em_checkpointing c) {
@@ -116,23 +117,55 @@ static bool emi_region_recomputable(const emi_ad_node *p) {
     return p && p->region != 0 && p->rule && p->rule->forward;
 }
 
+/* The bytes of a value of the given dtype and shape. */
+static size_t emi_value_bytes(em_dtype dt, int rank, const int64_t *shape) {
+    size_t n = em_dtype_size(dt);
+    for (int d = 0; d < rank; d++) n *= (size_t)shape[d];
+    return n;
+}
+
+/* BALANCED recomputes a product whose output is larger than its inputs together and cheap
+ * to make again, at most EMI_REDO_FLOPS_PER_BYTE FLOPs for each byte it
+ * would hold beyond them (attention scores q @ k^T over a head of 64 or fewer: [T, T] from
+ * two [T, d]), instead of keeping it: its own rule reads those inputs, so they are held (or
+ * recomputable) anyway, and recomputing costs one product in backward and no memory. Wider
+ * products (a Linear from C to 4C: 2C FLOPs an element) and convolutions keep their
+ * output. */
+#define EMI_REDO_FLOPS_PER_BYTE 64
+static bool emi_expanding(const emi_ad_node *p) {
+    if (p->rule != &emi_rule_matmul || p->strategy != EM_CKPT_BALANCED || p->nin != 2 ||
+        p->in[0].rank < 1 || p->in[1].rank < 1)
+        return false;
+    const size_t in = emi_value_bytes(p->in[0].dtype, p->in[0].rank, p->in[0].shape) +
+                      emi_value_bytes(p->in[1].dtype, p->in[1].rank, p->in[1].shape);
+    const size_t out = emi_value_bytes(p->dtype, p->rank, p->shape);
+    if (out <= in) return false;
+    /* 2k FLOPs an output element, k the contracted extent (a's last dim) */
+    const double k = (double)p->in[0].shape[p->in[0].rank - 1];
+    const double flops = 2.0 * k * (double)(out / em_dtype_size(p->dtype));
+    return flops <= (double)EMI_REDO_FLOPS_PER_BYTE * (double)(out - in);
+}
+
 /* BALANCED: says that a backward rule will read node p's value. True when the value will be
  * there: kept, or recomputable by p's forward from values that will be there (those are then
  * claimed too, so that a kept one is not dropped). False when the caller must save the value
  * itself: p's forward is NULL, or the recompute would need a kept output already dropped. */
 static bool emi_claim(emi_ad_node *p) {
     if (p->claimed || emi_region_recomputable(p)) return true;
-    if (p->value) {
+    const bool redo = emi_expanding(p);
+    if (p->value && !redo) {
         p->claimed = true;
         return true;
     }
-    if (!p->rule || !p->rule->forward || p->rule->compute_bound || p->dropped) return false;
-    for (int i = 0; i < p->nin; i++) {
+    bool ok = p->rule && p->rule->forward && (!p->rule->compute_bound || redo) && !p->dropped;
+    for (int i = 0; ok && i < p->nin; i++) {
         const emi_ad_input *in = &p->in[i];
         if (in->rank < 0 || in->value) continue;
-        if (!in->node || !emi_claim(in->node)) return false;
+        ok = in->node && emi_claim(in->node);
     }
+    if (!ok && !p->value) return false;
     p->claimed = true;
+    p->recompute = ok && p->rule->compute_bound; /* else kept after all */
     return true;
 }
 
@@ -333,8 +366,8 @@ void emi_ad_release(em_tensor *t) {
     /* BALANCED: the output of a compute-bound op whose handle goes before any rule claimed
      * it is not kept: what a later op needs from it is then saved by that op (emi_claim), and
      * an output nobody reads (the last matmul's, before a loss) costs nothing */
-    if (n && n->value && !n->claimed && !n->done && n->rule && n->rule->compute_bound &&
-        n->strategy == EM_CKPT_BALANCED) {
+    if (n && n->value && (!n->claimed || n->recompute) && !n->done && n->rule &&
+        n->rule->compute_bound && n->strategy == EM_CKPT_BALANCED) {
         em_tensor_release(n->value);
         n->value = NULL;
     }

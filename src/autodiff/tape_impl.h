@@ -36,6 +36,9 @@ struct emi_ad_node {
     em_tensor *value;         /* the kept output (an untracked view), or NULL */
     bool claimed;             /* BALANCED: a rule will read this value in backward, and it
                                  will be there (kept, or recomputable from claimed values) */
+    bool recompute;           /* BALANCED: a compute-bound op claimed as recomputed from its
+                                 inputs (emi_expanding), not kept: its output goes with its
+                                 last handle */
     bool dropped;             /* BALANCED: what a recompute needs was let go: not
                                  recomputable (emi_ad_release) */
     uint64_t region;          /* the checkpoint region it was recorded in (0: none): its

@@ -1,6 +1,6 @@
 /*
  * unary.c — the public unary elementwise ops: math functions, activations, rounding, sign,
- * clamp, and the consuming em_relu_.
+ * clamp, and the consuming em_relu_ and em_exp_.
  */
 #include <math.h>
 
@@ -54,6 +54,11 @@ em_status em_clamp(const em_tensor *x, double lo, double hi, em_tensor **out) {
 /* relu consuming x: written into x's buffer when em_tensor_can_mut(x). */
 em_status em_relu_(em_tensor *x, em_tensor **out) {
     return ew_unary_("em_relu_", EM_UN_RELU, EW_NUMERIC, x, NULL, out);
+}
+
+/* exp consuming x, likewise (a log_softmax backward's exp(y) in y's buffer). */
+em_status em_exp_(em_tensor *x, em_tensor **out) {
+    return ew_unary_("em_exp_", EM_UN_EXP, EW_FLOAT, x, NULL, out);
 }
 
 /* ---- issue 14: more math, softplus, the float classes, nan_to_num ---- */

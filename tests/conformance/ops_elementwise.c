@@ -125,6 +125,18 @@ static em_status w_relu_(em_tensor *const *in, int nin, const conf_params *p, em
     return em_relu_(c, &out[0]);
 }
 
+/* exp_ on a clone of in[0]. */
+static em_status w_exp_(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
+                        int *nout) {
+    (void)p;
+    *nout = 1;
+    if (nin < 1) return EM_ERR_ARG;
+    em_tensor *c = NULL;
+    em_status s = em_clone(in[0], &c);
+    if (s != EM_OK) return s;
+    return em_exp_(c, &out[0]);
+}
+
 /* clamp(in[0], lo, hi); an absent bound is infinite. */
 static em_status w_clamp(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
                          int *nout) {
@@ -212,7 +224,7 @@ const conf_op conf_ops_elementwise[] = {
     E(add), E(sub), E(mul), E(div), E(pow), E(remainder), E(maximum), E(minimum),
     E(add_scalar), E(sub_scalar), E(mul_scalar), E(div_scalar), E(pow_scalar),
     E(remainder_scalar), E(maximum_scalar), E(minimum_scalar),
-    E(add_), E(sub_), E(mul_), E(div_), E(mul_scalar_), E(add_scalar_), E(relu_),
+    E(add_), E(sub_), E(mul_), E(div_), E(mul_scalar_), E(add_scalar_), E(relu_), E(exp_),
     E(eq), E(ne), E(lt), E(le), E(gt), E(ge), E(eq_scalar), E(lt_scalar), E(gt_scalar),
     E(logical_and), E(logical_or), E(where), E(masked_fill), E(cast),
     E(full), E(full_like), E(arange), E(eye), E(linspace),

@@ -851,6 +851,148 @@ static void test_balanced_choices(void **state) {
     assert_int_equal(recomputed, 4);
 }
 
+/* ---- attention scores and a classifier's loss: what backward holds ---- */
+
+#define ATT_B 2
+#define ATT_T 48
+#define ATT_D 4
+
+/* ATT_L causal attention layers of one head, h <- softmax(mask(h k_l^T / 2)) v_l from h = q,
+ * loss = sum(c * h), on dev: the peak bytes above the start of forward + backward, and the
+ * gradients of q and the k_l, v_l (freed by the caller). */
+#define ATT_L 3
+#define ATT_IN (1 + 2 * ATT_L)
+static size_t attention_peak(const char *text, double **grads) {
+    em_device dev = dev_of(text);
+    const int64_t sq[3] = {ATT_B, ATT_T, ATT_D}, sm[2] = {ATT_T, ATT_T};
+    const int64_t nq = ATT_B * ATT_T * ATT_D;
+    double *d = malloc(sizeof(double) * (size_t)nq);
+    bool mask[ATT_T * ATT_T];
+    for (int i = 0; i < ATT_T; i++)
+        for (int j = 0; j < ATT_T; j++) mask[i * ATT_T + j] = j > i;
+    em_tensor *in[ATT_IN + 1] = {NULL}, *m = NULL;
+    for (int i = 0; i <= ATT_IN; i++) {
+        fill(D_UNIFORM, 500 + (uint64_t)i, nq, d);
+        in[i] = make(d, sq, 3, dev);
+        if (i < ATT_IN) C_OK(em_tensor_require_grad(in[i]));
+    }
+    free(d);
+    C_OK(em_tensor_from_data(mask, EM_BOOL, sm, 2, dev, &m));
+    em_memory_stats st0, st1;
+    C_OK(em_device_memory_reset_peak(dev));
+    C_OK(em_device_memory(dev, &st0));
+    em_tensor *h = in[0], *w = NULL, *loss = NULL;
+    em_tensor_retain(h);
+    for (int l = 0; l < ATT_L; l++) {
+        em_tensor *kt = NULL, *sc = NULL, *s2 = NULL, *s3 = NULL, *p = NULL, *o = NULL;
+        C_OK(em_transpose(in[1 + 2 * l], 1, 2, &kt));
+        C_OK(em_matmul(h, kt, &sc));
+        em_tensor_release(kt);
+        em_tensor_release(h);
+        C_OK(em_mul_scalar(sc, 0.5, &s2));
+        em_tensor_release(sc);
+        C_OK(em_masked_fill(s2, m, -1e9, &s3));
+        em_tensor_release(s2);
+        C_OK(em_softmax(s3, 2, &p));
+        em_tensor_release(s3);
+        C_OK(em_matmul(p, in[2 + 2 * l], &o));
+        em_tensor_release(p);
+        h = o;
+    }
+    C_OK(em_mul(h, in[ATT_IN], &w));
+    em_tensor_release(h);
+    C_OK(em_sum(w, &loss));
+    em_tensor_release(w);
+    em_grads *gs = NULL;
+    if (em_backward(loss, &gs) != EM_OK) fail_msg("%s: %s", text, em_last_error());
+    C_OK(em_device_memory(dev, &st1));
+    for (int i = 0; i < ATT_IN; i++) {
+        em_tensor *g = NULL;
+        C_OK(em_grads_get(gs, in[i], &g));
+        assert_non_null(g);
+        grads[i] = read_all(g);
+        em_tensor_release(g);
+    }
+    em_grads_release(gs);
+    em_tensor_release(loss);
+    for (int i = 0; i <= ATT_IN; i++) em_tensor_release(in[i]);
+    em_tensor_release(m);
+    return st1.peak_bytes - st0.bytes_in_use;
+}
+
+/* BALANCED does not keep the [T, T] scores of a head (d = 4 < T = 48): it makes them again
+ * from h and k, which the product's backward holds anyway (a product whose output outgrows
+ * its inputs and costs at most 64 FLOPs a byte to redo), so while the last layer's backward
+ * runs it holds no probabilities of the layers before, which DISABLED keeps (one [B, T, T]
+ * value each); the same gradient bits. */
+static void test_balanced_recomputes_scores(void **state) {
+    (void)state;
+    double *g[2][ATT_IN];
+    size_t peak[2];
+    for (int k = 0; k < 2; k++) peak[k] = attention_peak(AD_DEVS[k], g[k]);
+    const size_t tt = sizeof(double) * ATT_B * ATT_T * ATT_T;
+    print_message("%d attention layers [%d, %d, %d]: peak above start DISABLED %zu bytes, "
+                  "BALANCED %zu (%.2f [B, T, T] values fewer)\n", ATT_L, ATT_B, ATT_T, ATT_D,
+                  peak[0], peak[1], ((double)peak[0] - (double)peak[1]) / (double)tt);
+    assert_true(peak[1] + 3 * tt / 2 <= peak[0]);
+    for (int i = 0; i < ATT_IN; i++) {
+        assert_memory_equal(g[0][i], g[1][i], sizeof(double) * ATT_B * ATT_T * ATT_D);
+        free(g[0][i]);
+        free(g[1][i]);
+    }
+}
+
+/* A classifier's loss, -mean(gather(log_softmax(x), labels)) over [N, C]: backward holds the
+ * saved log-probabilities and the gradient coming in, and writes x's gradient into the
+ * log-probabilities' buffer (their last reader): two [N, C] buffers at its peak, not three
+ * (exp(y) made a third). Both strategies. */
+static void test_log_softmax_backward_in_place(void **state) {
+    (void)state;
+    enum { N = 64, C = 96 };
+    const int64_t sx[2] = {N, C}, sl[2] = {N, 1};
+    double *xd = malloc(sizeof(double) * N * C);
+    int64_t lab[N];
+    fill(D_UNIFORM, 77, N * C, xd);
+    for (int i = 0; i < N; i++) lab[i] = (i * 37) % C;
+    double *grads[2];
+    for (int k = 0; k < 2; k++) {
+        em_device dev = dev_of(AD_DEVS[k]);
+        em_tensor *x = make(xd, sx, 2, dev), *idx = NULL, *y = NULL, *gt = NULL, *mn = NULL,
+                  *loss = NULL;
+        C_OK(em_tensor_require_grad(x));
+        C_OK(em_tensor_from_data(lab, EM_I64, sl, 2, dev, &idx));
+        em_memory_stats st0, st1;
+        C_OK(em_device_memory_reset_peak(dev));
+        C_OK(em_device_memory(dev, &st0));
+        C_OK(em_log_softmax(x, 1, &y));
+        C_OK(em_gather(y, 1, idx, &gt));
+        em_tensor_release(y);
+        C_OK(em_mean(gt, &mn));
+        em_tensor_release(gt);
+        C_OK(em_neg(mn, &loss));
+        em_tensor_release(mn);
+        em_grads *gs = NULL;
+        if (em_backward(loss, &gs) != EM_OK) fail_msg("%s", em_last_error());
+        C_OK(em_device_memory(dev, &st1));
+        em_tensor *g = NULL;
+        C_OK(em_grads_get(gs, x, &g));
+        grads[k] = read_all(g);
+        em_tensor_release(g);
+        em_grads_release(gs);
+        em_tensor_release(loss);
+        em_tensor_release(idx);
+        em_tensor_release(x);
+        const size_t full = sizeof(double) * N * C, peak = st1.peak_bytes - st0.bytes_in_use;
+        print_message("%s: log_softmax + gather backward peak %zu bytes (%.2f [N, C] buffers)\n",
+                      AD_DEVS[k], peak, (double)peak / (double)full);
+        assert_true(peak < 2 * full + full / 2);
+    }
+    assert_memory_equal(grads[0], grads[1], sizeof(double) * N * C);
+    free(grads[0]);
+    free(grads[1]);
+    free(xd);
+}
+
 /* Every test starts with the weighted loss (a failed test may leave the plain sum set). */
 static int reset_mode(void **state) {
     (void)state;
@@ -873,6 +1015,8 @@ int main(void) {
         cmocka_unit_test_setup(test_chain_strategies_agree, reset_mode),
         cmocka_unit_test_setup(test_balanced_peak_lower, reset_mode),
         cmocka_unit_test_setup(test_balanced_choices, reset_mode),
+        cmocka_unit_test_setup(test_balanced_recomputes_scores, reset_mode),
+        cmocka_unit_test_setup(test_log_softmax_backward_in_place, reset_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

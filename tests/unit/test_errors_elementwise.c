@@ -315,7 +315,8 @@ static void test_consuming_bad_inputs(void **state) {
         cun_fn fn;
     } CU[] = {{"em_mul_scalar_", w_mul_scalar_},
               {"em_add_scalar_", w_add_scalar_},
-              {"em_relu_", em_relu_}};
+              {"em_relu_", em_relu_},
+              {"em_exp_", em_exp_}};
     for (size_t i = 0; i < sizeof CU / sizeof CU[0]; i++) {
         const char *fn = CU[i].name;
         em_tensor *a;

@@ -425,22 +425,26 @@ static em_status log_softmax_forward(const void *p, em_tensor *const *in, int ni
 }
 
 /* log_softmax: g - exp(y) * sum(g, dim, keepdim), softmax taken from the output. Computed
- * as exp(y) * -sum(g) + g in exp(y)'s buffer: the same bits (negation is exact), and one
- * full-size temporary fewer at the peak of a classifier's backward. */
+ * as exp(y) * -sum(g) + g in y's own buffer (this rule is y's last reader): the same bits
+ * (negation is exact), and no full-size temporary at the peak of a classifier's backward
+ * (two fewer than exp, mul and add each writing a new one). */
 static em_status log_softmax_backward(emi_ad_bw *bw) {
     if (!bw->need[0]) return EM_OK;
-    em_tensor *y, *e = NULL, *sm = NULL, *nsm = NULL, *t = NULL;
+    em_tensor *y = NULL, *e = NULL, *sm = NULL, *nsm = NULL, *t = NULL;
     em_status s;
-    R_TRY(emi_bw_output(bw, &y));
+    R_TRY(emi_bw_output_take(bw, &y));
     R_TRY(em_sum_dim(bw->grad, along_dim(bw), true, &sm));
     R_TRY(em_neg(sm, &nsm));
-    R_TRY(em_exp(y, &e));
+    s = em_exp_(y, &e); /* in y's buffer when nothing else holds it */
+    y = NULL;
+    if (s != EM_OK) goto done;
     s = em_mul_(e, nsm, &t); /* in e's buffer */
     e = NULL;
     if (s != EM_OK) goto done;
     s = em_add_(t, bw->grad, &bw->gin[0]); /* in t's buffer */
     t = NULL;
 done:
+    em_tensor_release(y);
     em_tensor_release(nsm);
     em_tensor_release(e);
     em_tensor_release(sm);

@@ -799,3 +799,8 @@ for dt, (a, b, n) in (("f32", (0.0, 1.0, 11)), ("f64", (-3.0, 7.5, 6)), ("f16", 
         tag="%s-%d" % (dt, n))
 add("linspace", [], params={"start": 0.0, "end": 1.0, "steps": 3, "dtype": "i64"},
     error="EM_ERR_DTYPE", tag="int-err")
+
+# the consuming exp (appended: rows above keep their random data)
+add("exp_", [T("f32", rnd((3, 3)))], np.exp, tag="f32")
+add("exp_", [T("f64", rnd((3, 2)), view=("transpose", 0, 1))], np.exp, tag="f64-transpose")
+add("exp_", [T("i32", rndi((5,)))], error="EM_ERR_DTYPE", tag="int-err")
