@@ -116,6 +116,10 @@ em_status emi_bw_output(emi_ad_bw *bw, em_tensor **value);
  *  recompute reads it), so the tape lets go of its own reference, and a consuming op
  *  (em_exp_, em_mul_, ...) writes into the buffer when nothing else holds it. */
 em_status emi_bw_output_take(emi_ad_bw *bw, em_tensor **value);
+/** Says that the rule will not read input i's value again: a recomputed value no later rule
+ *  reads, or a value the node saved, goes now, before the rule makes its larger results
+ *  (the rule must have released its own references to it). */
+void emi_bw_input_done(emi_ad_bw *bw, int i);
 /** Input i's shape and rank as the op saw it. */
 const int64_t *emi_bw_in_shape(const emi_ad_bw *bw, int i, int *rank);
 /** Input i's dtype. */

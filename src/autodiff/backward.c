@@ -246,6 +246,28 @@ em_status emi_bw_output_take(emi_ad_bw *bw, em_tensor **value) {
     return EM_OK;
 }
 
+void emi_bw_input_done(emi_ad_bw *bw, int i) {
+    emi_ad_node *n = bw->node;
+    if (i < 0 || i >= n->nin || i >= 64 || (n->done_in & (1ull << i))) return;
+    emi_ad_input *in = &n->in[i];
+    emi_ad_node *p = in->node;
+    /* the same value as another input the rule may still read (x @ x) stays */
+    for (int j = 0; j < n->nin; j++)
+        if (j != i && ((p && n->in[j].node == p) || (in->value && n->in[j].value &&
+                                                   n->in[j].value->st == in->value->st)))
+            return;
+    const bool from_parent = emi_reads_parent(n, i);
+    n->done_in |= 1ull << i;
+    if (in->value) {
+        em_tensor_release(in->value);
+        in->value = NULL;
+    }
+    if (!p) return;
+    p->pinned--;
+    if (from_parent) p->uses--;
+    if (p->cache && emi_cache_idle(p)) emi_cache_drop(p);
+}
+
 const int64_t *emi_bw_in_shape(const emi_ad_bw *bw, int i, int *rank) {
     *rank = bw->node->in[i].rank;
     return bw->node->in[i].shape;
@@ -755,13 +777,19 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
                 n->pinned++;
                 for (int i = 0; i < n->nin; i++)
                     if (n->in[i].node) n->in[i].node->pinned++;
+                n->done_in = 0;
                 s = emi_run_rule(n);
                 if (emi_rep && emi_rep->has_mem) emi_report_peak(n, loss->dev);
                 n->pinned--;
+                /* inputs the rule let go itself (emi_bw_input_done) are settled */
+                const uint64_t done_in = n->done_in;
+                n->done_in = 0;
                 for (int i = 0; i < n->nin; i++)
-                    if (n->in[i].node) n->in[i].node->pinned--;
+                    if (n->in[i].node && !(i < 64 && (done_in & (1ull << i))))
+                        n->in[i].node->pinned--;
                 if (n->rule->needs & EMI_NEED_OUT) n->uses--;
                 for (int i = 0; i < n->nin; i++) {
+                    if (i < 64 && (done_in & (1ull << i))) continue;
                     if (!emi_reads_parent(n, i)) continue;
                     emi_ad_node *p = n->in[i].node;
                     if (--p->uses <= 0 && emi_cache_idle(p)) emi_cache_drop(p);

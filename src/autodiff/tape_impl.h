@@ -52,6 +52,8 @@ struct emi_ad_node {
     bool need;                /* some leaf below wants a gradient through this node */
     int pinned;               /* held by the rule now running or a recompute under way */
     int uses;                 /* rules still to run that read this node's value directly */
+    uint64_t done_in;         /* the running rule's inputs it said it is done with
+                                 (emi_bw_input_done; the first 64) */
     int recomputes;           /* times the walk recomputed the value (the account) */
     long made_at, freed_at;   /* walk steps of the last recompute and of its release */
     size_t cache_bytes;       /* bytes of the last recomputed value */

@@ -993,6 +993,68 @@ static void test_log_softmax_backward_in_place(void **state) {
     free(xd);
 }
 
+/* A product's backward lets its left operand go once b's gradient (the one that reads it) is
+ * made, before a's gradient (as large as a) is: loss = sum(c * ((2h) @ w)) over h [256, 256],
+ * w [256, 16] holds one [256, 256] value at its peak (2h, or the gradient), not two. Both
+ * strategies, the same bits. */
+static void test_matmul_backward_lets_a_go(void **state) {
+    (void)state;
+    enum { N = 256, K = 256, M = 16 };
+    const int64_t sh[2] = {N, K}, sw[2] = {K, M}, sc[2] = {N, M}, sb[1] = {K};
+    double *hd = malloc(sizeof(double) * N * K), *wd = malloc(sizeof(double) * K * M),
+           *cd = malloc(sizeof(double) * N * M);
+    fill(D_UNIFORM, 91, N * K, hd);
+    fill(D_UNIFORM, 92, K * M, wd);
+    fill(D_UNIFORM, 93, N * M, cd);
+    double *grads[2][2];
+    for (int k = 0; k < 2; k++) {
+        em_device dev = dev_of(AD_DEVS[k]);
+        em_tensor *h = make(hd, sh, 2, dev), *w = make(wd, sw, 2, dev), *c = make(cd, sc, 2, dev),
+                  *b = make(wd, sb, 1, dev);
+        C_OK(em_tensor_require_grad(h));
+        C_OK(em_tensor_require_grad(w));
+        em_memory_stats st0, st1;
+        C_OK(em_device_memory_reset_peak(dev));
+        C_OK(em_device_memory(dev, &st0));
+        em_tensor *x = NULL, *y = NULL, *z = NULL, *loss = NULL;
+        C_OK(em_add(h, b, &x));
+        C_OK(em_matmul(x, w, &y));
+        em_tensor_release(x);
+        C_OK(em_mul(y, c, &z));
+        em_tensor_release(y);
+        C_OK(em_sum(z, &loss));
+        em_tensor_release(z);
+        em_grads *gs = NULL;
+        if (em_backward(loss, &gs) != EM_OK) fail_msg("%s", em_last_error());
+        C_OK(em_device_memory(dev, &st1));
+        for (int i = 0; i < 2; i++) {
+            em_tensor *g = NULL;
+            C_OK(em_grads_get(gs, i ? w : h, &g));
+            grads[k][i] = read_all(g);
+            em_tensor_release(g);
+        }
+        em_grads_release(gs);
+        em_tensor_release(loss);
+        em_tensor_release(h);
+        em_tensor_release(w);
+        em_tensor_release(c);
+        em_tensor_release(b);
+        const size_t big = sizeof(double) * N * K, peak = st1.peak_bytes - st0.bytes_in_use;
+        print_message("%s: (h + b) @ w backward peak %zu bytes (%.2f [N, K] values)\n", AD_DEVS[k],
+                      peak, (double)peak / (double)big);
+        assert_true(peak < big + big / 2);
+    }
+    assert_memory_equal(grads[0][0], grads[1][0], sizeof(double) * N * K);
+    assert_memory_equal(grads[0][1], grads[1][1], sizeof(double) * K * M);
+    for (int k = 0; k < 2; k++) {
+        free(grads[k][0]);
+        free(grads[k][1]);
+    }
+    free(hd);
+    free(wd);
+    free(cd);
+}
+
 /* Every test starts with the weighted loss (a failed test may leave the plain sum set). */
 static int reset_mode(void **state) {
     (void)state;
@@ -1017,6 +1079,7 @@ int main(void) {
         cmocka_unit_test_setup(test_balanced_choices, reset_mode),
         cmocka_unit_test_setup(test_balanced_recomputes_scores, reset_mode),
         cmocka_unit_test_setup(test_log_softmax_backward_in_place, reset_mode),
+        cmocka_unit_test_setup(test_matmul_backward_lets_a_go, reset_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -67,30 +67,13 @@ static em_status matmul_backward(emi_ad_bw *bw) {
     em_status s;
     L_TRY(emi_bw_input(bw, 0, &a));
     L_TRY(emi_bw_input(bw, 1, &b));
+    const bool a_col_major = mm_col_major(a);
     L_TRY(ra == 1 ? em_unsqueeze(a, 0, &a2) : mm_keep(a, &a2));
     L_TRY(rb == 1 ? em_unsqueeze(b, 1, &b2) : mm_keep(b, &b2));
     /* the result without n (b was 1-d) gets it back last, without m (a was 1-d) before it */
     L_TRY(rb == 1 ? em_unsqueeze(bw->grad, -1, &g1) : mm_keep(bw->grad, &g1));
     L_TRY(ra == 1 ? em_unsqueeze(g1, -2, &g2) : mm_keep(g1, &g2));
-    if (bw->need[0]) {
-        L_TRY(em_transpose(b2, -1, -2, &t));
-        if (ra == 2 && em_tensor_rank(g2) == 2 && mm_col_major(a)) {
-            L_TRY(mm_transposed(g2, t, &p)); /* [m, k], a's layout */
-        } else {
-            L_TRY(em_matmul(g2, t, &p)); /* [batch..., m, k] */
-        }
-        em_tensor_release(t);
-        t = NULL;
-        if (ra == 1) {
-            L_TRY(em_squeeze(p, -2, &q));
-            em_tensor_release(p);
-            p = q;
-            q = NULL;
-        }
-        s = mm_put(bw, 0, p);
-        p = NULL;
-        if (s != EM_OK) goto done;
-    }
+    /* b's gradient first: it is the one that reads a */
     if (bw->need[1]) {
         if (rb == 2 && ra > 2) {
             /* a 2-d b under a batched a (a Linear layer on [B, T, C]): one product of a and
@@ -127,6 +110,32 @@ static em_status matmul_backward(emi_ad_bw *bw) {
             q = NULL;
         }
         s = mm_put(bw, 1, p);
+        p = NULL;
+        if (s != EM_OK) goto done;
+    }
+    /* a's value is not read again (a's gradient reads b and g): it goes before that
+     * gradient, as large as a, is made (a recomputed or saved activation) */
+    em_tensor_release(a2);
+    a2 = NULL;
+    em_tensor_release(t);
+    t = NULL;
+    emi_bw_input_done(bw, 0);
+    if (bw->need[0]) {
+        L_TRY(em_transpose(b2, -1, -2, &t));
+        if (ra == 2 && em_tensor_rank(g2) == 2 && a_col_major) {
+            L_TRY(mm_transposed(g2, t, &p)); /* [m, k], a's layout */
+        } else {
+            L_TRY(em_matmul(g2, t, &p)); /* [batch..., m, k] */
+        }
+        em_tensor_release(t);
+        t = NULL;
+        if (ra == 1) {
+            L_TRY(em_squeeze(p, -2, &q));
+            em_tensor_release(p);
+            p = q;
+            q = NULL;
+        }
+        s = mm_put(bw, 0, p);
         p = NULL;
         if (s != EM_OK) goto done;
     }

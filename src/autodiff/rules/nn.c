@@ -92,6 +92,21 @@ static em_status conv_backward(emi_ad_bw *bw) {
     em_tensor *x, *w, *g4 = NULL, *x4 = NULL, *w4 = NULL, *t = NULL;
     em_status s;
     NN_TRY(lift4(bw->grad, &g4));
+    /* w's gradient first: it is the one that reads x */
+    if (bw->need[1]) {
+        NN_TRY(emi_bw_input(bw, 0, &x));
+        NN_TRY(lift4(x, &x4));
+        const int64_t kernel[2] = {wr == 3 ? 1 : ws[2], ws[wr - 1]};
+        NN_TRY(emi_conv2d_weight_grad(x4, g4, kernel, a, &t));
+        NN_TRY(em_reshape(t, ws, wr, &bw->gin[1]));
+        em_tensor_release(t);
+        t = NULL;
+    }
+    /* x's value is not read again (x's gradient reads w and gy): it goes before that
+     * gradient, as large as x, is made */
+    em_tensor_release(x4);
+    x4 = NULL;
+    emi_bw_input_done(bw, 0);
     if (bw->need[0]) {
         NN_TRY(emi_bw_input(bw, 1, &w));
         NN_TRY(lift4(w, &w4));
@@ -108,13 +123,6 @@ static em_status conv_backward(emi_ad_bw *bw) {
         NN_TRY(em_reshape(t, xs, xr, &bw->gin[0]));
         em_tensor_release(t);
         t = NULL;
-    }
-    if (bw->need[1]) {
-        NN_TRY(emi_bw_input(bw, 0, &x));
-        NN_TRY(lift4(x, &x4));
-        const int64_t kernel[2] = {wr == 3 ? 1 : ws[2], ws[wr - 1]};
-        NN_TRY(emi_conv2d_weight_grad(x4, g4, kernel, a, &t));
-        NN_TRY(em_reshape(t, ws, wr, &bw->gin[1]));
     }
     if (bw->nin > 2 && bw->need[2]) NN_TRY(conv_bias_grad(bw, g4));
 done:
