@@ -113,29 +113,19 @@ W_SCALAR(minimum_scalar) W_SCALAR(eq_scalar) W_SCALAR(lt_scalar) W_SCALAR(gt_sca
 W_BINARY_(add) W_BINARY_(sub) W_BINARY_(mul) W_BINARY_(div)
 W_SCALAR_(mul_scalar) W_SCALAR_(add_scalar)
 
-/* relu_ on a clone of in[0]. */
-static em_status w_relu_(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
-                         int *nout) {
-    (void)p;
-    *nout = 1;
-    if (nin < 1) return EM_ERR_ARG;
-    em_tensor *c = NULL;
-    em_status s = em_clone(in[0], &c);
-    if (s != EM_OK) return s;
-    return em_relu_(c, &out[0]);
-}
-
-/* exp_ on a clone of in[0]. */
-static em_status w_exp_(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,
-                        int *nout) {
-    (void)p;
-    *nout = 1;
-    if (nin < 1) return EM_ERR_ARG;
-    em_tensor *c = NULL;
-    em_status s = em_clone(in[0], &c);
-    if (s != EM_OK) return s;
-    return em_exp_(c, &out[0]);
-}
+/* A consuming unary op (relu_, exp_) on a clone of in[0]. */
+#define W_UNARY_(name)                                                                         \
+    static em_status w_##name(em_tensor *const *in, int nin, const conf_params *p,             \
+                              em_tensor **out, int *nout) {                                    \
+        (void)p;                                                                               \
+        *nout = 1;                                                                             \
+        if (nin < 1) return EM_ERR_ARG;                                                        \
+        em_tensor *c = NULL;                                                                   \
+        em_status s = em_clone(in[0], &c);                                                     \
+        if (s != EM_OK) return s;                                                              \
+        return em_##name(c, &out[0]);                                                          \
+    }
+W_UNARY_(relu_) W_UNARY_(exp_)
 
 /* clamp(in[0], lo, hi); an absent bound is infinite. */
 static em_status w_clamp(em_tensor *const *in, int nin, const conf_params *p, em_tensor **out,

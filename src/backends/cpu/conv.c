@@ -698,49 +698,19 @@ FLAT_FROM_PADDED(double, vdu, VLD, f64)
 PAD_ROWS_S2(float, vf, vfu, vfi, VLF, f32)
 PAD_ROWS_S2(double, vd, vdu, vdi, VLD, f64)
 
-/* pad_rows for unit-stride columns with rows of a vector or more: the row copied a whole
- * vector at a time (the last one shifted left to end at the row's end), the borders zeroed;
- * the compiler's loop for 32-element rows cost a ResNet's 3x3 convs a sixth of their time.
- * Narrower rows take pad_rows. */
-/* pad_rows for unit-stride rows narrower than a vector (8x8 planes of 16 lanes): the bounds
- * hoisted out of the rows, each row copied 4 elements at a time (the generic pad_rows' per-row
- * bounds cost a 64-channel 8x8 conv a sixth of its time). Padded columns [lo, hi) of each
- * in-range row come from x. */
-#define PAD_ROWS_NARROW(T, SUF)                                                                    \
-    static void pad_rows_narrow_##SUF(const T *src, T *dst, const geom *q, int64_t r0,           \
-                                      int64_t R, const padded *p, int64_t lo, int64_t hi) {        \
-        typedef T v4 __attribute__((vector_size(4 * sizeof(T)), aligned(sizeof(T)), may_alias));  \
-        const int64_t WP = p->WP, W = q->W, px = q->px;                                            \
-        for (int64_t c = 0; c < q->Cg; c++) {                                                      \
-            const T *sc = src + c * q->H * W;                                                      \
-            for (int64_t r = 0; r < R; r++) {                                                      \
-                T *d = dst + (c * R + r) * WP;                                                     \
-                const int64_t iy = r0 + r - q->py;                                                 \
-                if (iy < 0 || iy >= q->H) {                                                        \
-                    for (int64_t m = 0; m < WP; m++) d[m] = 0;                                     \
-                    continue;                                                                      \
-                }                                                                                  \
-                const T *sr = sc + iy * W - px; /* padded column m is sr[m] */                     \
-                for (int64_t m = 0; m < lo; m++) d[m] = 0;                                         \
-                int64_t m = lo;                                                                    \
-                for (; m + 4 <= hi; m += 4) *(v4 *)(d + m) = *(const v4 *)(sr + m);               \
-                for (; m < hi; m++) d[m] = sr[m];                                                  \
-                for (m = hi; m < WP; m++) d[m] = 0;                                                \
-            }                                                                                      \
-        }                                                                                          \
-    }
-PAD_ROWS_NARROW(float, f32)
-PAD_ROWS_NARROW(double, f64)
-
+/* pad_rows for unit-stride columns, the bounds hoisted out of the rows: a row of a vector or
+ * more copied a whole vector at a time (the last one shifted left to end at the row's end;
+ * the compiler's loop for 32-element rows cost a ResNet's 3x3 convs a sixth of their time),
+ * a narrower one 4 elements at a time (the generic pad_rows' per-row bounds cost a 64-channel
+ * 8x8 conv a sixth of its time); the borders zeroed. Padded columns [lo, hi) of each in-range
+ * row come from x. */
 #define PAD_ROWS_S1(T, VU, VL, SUF)                                                                \
     static void pad_rows_s1_##SUF(const T *src, T *dst, const geom *q, int64_t r0, int64_t R,    \
                                   const padded *p) {                                               \
+        typedef T v4 __attribute__((vector_size(4 * sizeof(T)), aligned(sizeof(T)), may_alias));  \
         const int64_t WP = p->WP, W = q->W, px = q->px;                                            \
         const int64_t lo = clampi(px, 0, WP), hi = clampi(W + px, lo, WP);                         \
-        if (hi - lo < VL) {                                                                        \
-            pad_rows_narrow_##SUF(src, dst, q, r0, R, p, lo, hi);                                  \
-            return;                                                                                \
-        }                                                                                          \
+        const bool wide = hi - lo >= VL;                                                           \
         for (int64_t c = 0; c < q->Cg; c++) {                                                      \
             const T *sc = src + c * q->H * W;                                                      \
             for (int64_t r = 0; r < R; r++) {                                                      \
@@ -755,8 +725,13 @@ PAD_ROWS_NARROW(double, f64)
                 const T *sr = sc + iy * W - px; /* padded column m is sr[m] */                     \
                 for (int64_t m = 0; m < lo; m++) d[m] = 0;                                         \
                 int64_t m = lo;                                                                    \
-                for (; m + VL <= hi; m += VL) *(VU *)(d + m) = *(const VU *)(sr + m);              \
-                if (m < hi) *(VU *)(d + hi - VL) = *(const VU *)(sr + hi - VL);                    \
+                if (wide) {                                                                        \
+                    for (; m + VL <= hi; m += VL) *(VU *)(d + m) = *(const VU *)(sr + m);          \
+                    if (m < hi) *(VU *)(d + hi - VL) = *(const VU *)(sr + hi - VL);                \
+                } else {                                                                           \
+                    for (; m + 4 <= hi; m += 4) *(v4 *)(d + m) = *(const v4 *)(sr + m);           \
+                    for (; m < hi; m++) d[m] = sr[m];                                              \
+                }                                                                                  \
                 for (m = hi; m < WP; m++) d[m] = 0;                                                \
             }                                                                                      \
         }                                                                                          \
