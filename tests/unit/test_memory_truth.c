@@ -107,6 +107,29 @@ static void test_tiny_cache(void **state) {
     }
 }
 
+/* A cpu tensor holds at most a quarter more than its bytes (the allocator's classes: four a
+ * doubling), for sizes between the powers of two: 288 KiB of f32 took 512 KiB, 2.25 MiB took
+ * 3 MiB. */
+static void test_cpu_classes_tight(void **state) {
+    (void)state;
+    em_device cpu;
+    OK(em_device_parse("cpu", &cpu));
+    static const int64_t counts[] = {1100, 73728, 147456, 300000, 589824, 1000001, 2359296,
+                                     5000000};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        em_memory_stats a, b;
+        OK(em_device_memory(cpu, &a));
+        em_tensor *t = NULL;
+        OK(em_zeros(&counts[i], 1, EM_F32, cpu, &t));
+        OK(em_device_memory(cpu, &b));
+        const double asked = 4.0 * (double)counts[i];
+        const double held = (double)(b.bytes_in_use - a.bytes_in_use);
+        if (held < asked || held > 1.25 * asked)
+            fail_msg("%lld f32: %.0f bytes held for %.0f", (long long)counts[i], held, asked);
+        em_tensor_release(t);
+    }
+}
+
 static void test_train_ref_disabled(void **state) {
     (void)state;
     train("ref", EM_CKPT_DISABLED);
@@ -130,6 +153,7 @@ static void test_train_cpu_balanced(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_cache),
+        cmocka_unit_test(test_cpu_classes_tight),
         cmocka_unit_test(test_train_ref_disabled),
         cmocka_unit_test(test_train_ref_balanced),
         cmocka_unit_test(test_train_cpu_disabled),
