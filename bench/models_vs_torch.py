@@ -230,7 +230,7 @@ def openblas_core():
 def worker():
     """Reads JSON commands on stdin, answers one JSON line each."""
     import torch
-    torch.set_num_threads(int(os.environ.get("EMBER_NUM_THREADS", "1")))
+    ember_ctypes.torch_threads(torch, int(os.environ.get("EMBER_NUM_THREADS", "1")))
     print(json.dumps({"ready": True, "core": openblas_core(),
                       "threads": torch.get_num_threads()}), flush=True)
     for line in sys.stdin:
