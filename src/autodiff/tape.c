@@ -125,9 +125,9 @@ static size_t emi_value_bytes(em_dtype dt, int rank, const int64_t *shape) {
 }
 
 /* BALANCED recomputes a product whose output is larger than its inputs together and cheap
- * to make again, at most EMI_REDO_FLOPS_PER_BYTE FLOPs for each byte it
- * would hold beyond them (attention scores q @ k^T over a head of 64 or fewer: [T, T] from
- * two [T, d]), instead of keeping it: its own rule reads those inputs, so they are held (or
+ * to make again, at most EMI_REDO_FLOPS_PER_BYTE FLOPs for each byte it would hold beyond
+ * them (attention scores q @ k^T, [T, T] from two [T, d], where d is small beside T: heads
+ * of 32 on 128 positions, not of 64), instead of keeping it: its own rule reads those inputs, so they are held (or
  * recomputable) anyway, and recomputing costs one product in backward and no memory. Wider
  * products (a Linear from C to 4C: 2C FLOPs an element) and convolutions keep their
  * output. */

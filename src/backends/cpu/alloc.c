@@ -27,7 +27,7 @@ _Static_assert(sizeof(cpu_block) == CPU_ALIGN, "the header keeps data 64-byte al
 
 /* Classes: 64 B, powers of two to 4 KiB, then four a doubling (2^k times 5/4, 6/4, 7/4, 2)
  * to 1 MiB, then steps of an eighth of the doubling (at least 256 KiB). A buffer then holds at
- * most a quarter more than it was asked for (a fifth past 1 MiB), not up to twice as much:
+ * most a quarter more than it was asked for (an eighth past 2 MiB), not up to twice as much:
  * a [16, 32, 16, 16] layer's 288 KiB of im2col columns took 512 KiB, a GPT's 2.25 MiB
  * [8, 128, 576] activation 3 MiB. */
 #define CPU_SMALL_CLASSES 39 /* 64 B .. 4 KiB: 7, then 8 doublings to 1 MiB of 4 */
@@ -43,11 +43,9 @@ static struct {
     size_t in_use, peak, cached, cache_cap;
 } A = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* The largest power of two below bytes (bytes > 1). */
-static size_t pow2_below(size_t bytes) {
-    size_t c = 1;
-    while (c * 2 < bytes) c <<= 1;
-    return c;
+/* log2 of the largest power of two below bytes (bytes > 1). */
+static int log2_below(size_t bytes) {
+    return 63 - __builtin_clzll((unsigned long long)(bytes - 1));
 }
 
 static size_t class_of(size_t bytes, int *small) {
@@ -65,12 +63,11 @@ static size_t class_of(size_t bytes, int *small) {
         *small = i;
         return c;
     }
-    const size_t base = pow2_below(bytes); /* bytes in (base, 2 * base] */
+    const int lb = log2_below(bytes);
+    const size_t base = (size_t)1 << lb; /* bytes in (base, 2 * base] */
     if (bytes <= CPU_MIB) {
         const size_t step = base / 4, q = (bytes + step - 1) / step; /* 5 .. 8 */
-        int k = 0;
-        while (((size_t)4096 << k) < base) k++;
-        *small = 7 + 4 * k + (int)(q - 5);
+        *small = 7 + 4 * (lb - 12) + (int)(q - 5);
         return q * step;
     }
     size_t step = base / 8;
