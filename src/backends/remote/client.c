@@ -31,6 +31,7 @@
 enum { RC_UNUSED = 0, RC_LIVE, RC_BROKEN, RC_CLOSED };
 
 typedef struct rc_conn {
+    rw_sink sink; /* rc_kernel: first, as wire/calls.h asks */
     pthread_mutex_t mu;
     int index;
     int state;
@@ -377,32 +378,7 @@ const em_backend_ops em_remote_backend_ops = {
     .sync = rc_sync,
     .memory = rc_memory,
     .memory_reset_peak = rc_memory_reset_peak,
-    .fill = rc_fill,
-    .arange = rc_arange,
-    .random = rc_random,
-    .copy = rc_copy,
-    .unary = rc_unary,
-    .binary = rc_binary,
-    .binary_scalar = rc_binary_scalar,
-    .where = rc_where,
-    .reduce = rc_reduce,
-    .cumsum = rc_cumsum,
-    .cumulative = rc_cumulative,
-    .softmax = rc_softmax,
-    .matmul = rc_matmul,
-    .gather = rc_gather,
-    .scatter_add = rc_scatter_add,
-    .index_select = rc_index_select,
-    .sort = rc_sort,
-    .conv2d = rc_conv2d,
-    .conv_transpose2d = rc_conv_transpose2d,
-    .max_pool2d = rc_max_pool2d,
-    .avg_pool2d = rc_avg_pool2d,
-    .adaptive_avg_pool2d = rc_adaptive_avg_pool2d,
-    .conv2d_weight_grad = rc_conv2d_weight_grad,
-    .avg_pool2d_backward = rc_avg_pool2d_backward,
-    .adaptive_avg_pool2d_backward = rc_adaptive_avg_pool2d_backward,
-    .layer_norm = rc_layer_norm,
+    RW_CALL_SLOTS,
     .read_many = rc_read_many,
 };
 
@@ -540,6 +516,7 @@ em_status em_remote_connect(const char *addr, const char *token, em_device *out)
     memset(c, 0, sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
     c->index = idx;
+    c->sink = rc_kernel;
     c->fd = fd;
     c->state = RC_LIVE;
     c->rb = (rn_rbuf){rbuf, RC_RBUF, 0, 0};

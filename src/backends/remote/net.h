@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backends/remote/wire.h"
+#include "wire/wire.h"
 
 /** Splits "HOST:PORT" or "[V6]:PORT" (or a bare "PORT" when default_host is given) into
  *  host and port. False with a reason in err when malformed. */

@@ -22,7 +22,6 @@
 #include "backends/remote/net.h"
 #include "backends/remote/server.h"
 
-uint32_t rs_slot_mask(const em_backend_ops *o); /* server_exec.c */
 
 #define RS_RBUF (64u << 10)
 

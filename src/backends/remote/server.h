@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backends/remote/wire.h"
+#include "wire/exec.h"
 
 typedef struct rs_config {
     const char *listen;    /* "HOST:PORT" or "PORT" (host 127.0.0.1); port 0: any free one */
@@ -39,23 +39,6 @@ void rs_stats(rs_server *s, rw_stats *out);
 /** Stops accepting, closes every connection (their buffers are freed), joins, frees s. */
 void rs_stop(rs_server *s);
 
-/* ---- shared by server.c and server_exec.c ---- */
-
-/** One connection's view of the hosted device. */
-typedef struct rs_host {
-    const em_backend_ops *ops;
-    void *ctx;
-    bool serialize;  /* kernels take `lock` (backends that are not thread-safe) */
-    void *lock;      /* pthread_mutex_t * */
-} rs_host;
-
-/** Looks a buffer up by id: its handle and size, or false. */
-typedef bool (*rs_lookup_fn)(void *conn, uint64_t id, void **buf, size_t *bytes);
-
-/** Checks a decoded kernel against the connection's buffers (ids, view bounds, shapes and
- *  dtypes the kernel relies on, index values) and runs it on the hosted device. On failure
- *  returns a status and writes "<slot>: <reason>" into msg. */
-em_status rs_exec_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn, const rw_kernel *k,
-                         char *msg, size_t cap);
+/* rs_host, rs_lookup_fn and rs_exec_kernel: src/wire/exec.h */
 
 #endif /* EMBER_REMOTE_SERVER_H */

@@ -1,5 +1,5 @@
 /* wire.c — the remote protocol's field encoding, kernel messages and the welcome. */
-#include "backends/remote/wire.h"
+#include "wire/wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,6 @@
 /*
- * server_exec.c — the server runs a client's kernel message on the hosted device.
+ * exec.c — one kernel call (a remote client's message, a captured graph's step) checked and
+ * run on a device.
  *
  * A client is authenticated but its messages are not trusted: before a kernel runs, every view
  * must name a buffer of the connection and lie inside it, and the shapes, dtypes and index
@@ -12,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/remote/server.h"
+#include "wire/exec.h"
 
 typedef struct rs_ctx {
     const rs_host *h;

@@ -6,8 +6,8 @@
  * body's first byte is the message type. docs/remote-protocol.md is the specification; this
  * header is its C form. Nothing here does I/O or allocates except the growable writer.
  */
-#ifndef EMBER_REMOTE_WIRE_H
-#define EMBER_REMOTE_WIRE_H
+#ifndef EMBER_WIRE_H
+#define EMBER_WIRE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -197,4 +197,4 @@ typedef struct rw_stats {
     uint64_t device_in_use, device_peak;   /* the hosted device's allocator (0: no count) */
 } rw_stats;
 
-#endif /* EMBER_REMOTE_WIRE_H */
+#endif /* EMBER_WIRE_H */
