@@ -48,7 +48,9 @@ em_status em_tensor_assign(em_tensor *dst, const em_tensor *src) {
  * buffers of one size on one backend context, and nobody else holds either buffer or src. */
 static bool assign_can_take(const em_tensor *dst, const em_tensor *src) {
     const emi_storage *a = dst->st, *b = src->st;
-    return a != b && a->ops == b->ops && a->ctx == b->ctx && a->bytes == b->bytes &&
+    /* a captured graph keeps each state in the buffer it started in (its runs read it there
+     * next time): the values are copied */
+    return a != b && a->ops == b->ops && a->ops->id != EM_BACKEND_CAPTURE && a->ctx == b->ctx && a->bytes == b->bytes &&
            atomic_load_explicit(&src->refs, memory_order_acquire) == 1 &&
            atomic_load_explicit(&b->refs, memory_order_acquire) == 1 &&
            atomic_load_explicit(&a->refs, memory_order_acquire) == 1 && dst->v.offset == 0 &&

@@ -155,7 +155,7 @@ em_status em_devices(em_device *list, size_t cap, size_t *count) {
     size_t n = 0;
     for (int b = 0; b < EM_BACKEND_MAX; b++) {
         const em_backend_ops *o = em_backend_get((em_backend)b);
-        if (!o) continue;
+        if (!o || b == EM_BACKEND_CAPTURE) continue; /* records, computes nothing */
         int c = o->device_count();
         for (int i = 0; i < c; i++, n++)
             if (n < cap) list[n] = (em_device){(em_backend)b, i, false, EM_CKPT_NONE};

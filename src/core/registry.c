@@ -6,6 +6,7 @@
 #include "core/internal.h"
 
 extern const em_backend_ops em_ref_backend_ops;
+extern const em_backend_ops em_capture_backend_ops;
 #ifdef EMBER_WITH_CPU
 extern const em_backend_ops em_cpu_backend_ops;
 #endif
@@ -58,6 +59,7 @@ static void emi_install(const em_backend_ops *ops) {
 
 static void emi_reg_init(void) {
     emi_install(&em_ref_backend_ops);
+    emi_install(&em_capture_backend_ops);
 #ifdef EMBER_WITH_CPU
     emi_install(&em_cpu_backend_ops);
 #endif

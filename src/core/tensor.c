@@ -146,7 +146,7 @@ static __attribute__((noinline)) void emi_tensor_free_slow(em_tensor *t) {
     if (&own->t == t) {
         if (atomic_load_explicit(&st->refs, memory_order_acquire) == 1) {
             /* No view shares the storage: tensor, storage and block go together. */
-            if (st->bytes <= EMI_TINY_BYTES) {
+            if (st->bytes <= EMI_TINY_BYTES && st->ops->id != EM_BACKEND_CAPTURE) {
                 emi_block_cache_put(own, st->buf, st->bytes ? st->bytes : 1);
                 return;
             }
@@ -176,7 +176,7 @@ void em_tensor_release(em_tensor *t) {
     emi_block *own = (emi_block *)((char *)st - offsetof(emi_block, st));
     /* The tiny-op case: an untracked tensor alone on its block's tiny buffer. */
     if (!t->ad && &own->t == t && st->bytes <= EMI_TINY_BYTES &&
-        atomic_load_explicit(&st->refs, memory_order_acquire) == 1) {
+        st->ops->id != EM_BACKEND_CAPTURE && atomic_load_explicit(&st->refs, memory_order_acquire) == 1) {
         emi_block_cache_put(own, st->buf, st->bytes ? st->bytes : 1);
         return;
     }

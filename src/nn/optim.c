@@ -178,6 +178,23 @@ em_status em_optimizer_sgd(const em_params *params, double lr, double momentum,
     em_optimizer *o = NULL;
     NN_TRY(nn_opt_new(fn, NN_SGD, params, lr, weight_decay, &o));
     o->momentum = momentum;
+    /* On the capture device the momentum buffers are made now, in the graph's setup, so that
+     * they are state that each run of the captured step carries to the next (made by the
+     * first step, they would be made again, and zeroed, by every run). momentum * 0 + d is
+     * the d that a first step takes. */
+    for (size_t i = 0; i < o->n && momentum != 0; i++) {
+        const em_tensor *p = *o->slots[i];
+        if (!p || em_tensor_device(p).backend != EM_BACKEND_CAPTURE) continue;
+        em_device d = em_tensor_device(p);
+        d.autodiff = false;
+        d.checkpointing = EM_CKPT_NONE;
+        em_status s = em_zeros(em_tensor_shape(p), em_tensor_rank(p), em_tensor_dtype(p), d,
+                               &o->s1[i]);
+        if (s != EM_OK) {
+            em_optimizer_release(o);
+            return s;
+        }
+    }
     *out = o;
     return EM_OK;
 }
@@ -418,6 +435,12 @@ static em_status nn_optimizer_step(em_optimizer *opt, const em_grads *g, double 
     for (size_t i = 0; i < opt->n; i++) {
         em_tensor *param = *opt->slots[i];
         if (!param) continue;
+        if (opt->kind != NN_SGD && em_tensor_device(param).backend == EM_BACKEND_CAPTURE)
+            return em_backend_set_error(
+                EM_ERR_UNSUPPORTED,
+                "%s: Adam's bias correction changes with the step count, which a captured "
+                "step cannot carry yet: capture the forward and backward pass (gradients as "
+                "outputs) and step the optimizer on the replay device, or use SGD", fn);
         em_tensor *gr = NULL, *p = NULL, *np = NULL;
         em_status s = em_grads_get(g, param, &gr);
         if (s != EM_OK) return s;

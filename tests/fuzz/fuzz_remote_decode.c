@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "backends/remote/server.h"
-#include "backends/remote/wire.h"
+#include "wire/wire.h"
 #include "ember/backend.h"
 
 typedef struct fake_conn {

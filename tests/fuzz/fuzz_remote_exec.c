@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "backends/remote/server.h"
-#include "backends/remote/wire.h"
+#include "wire/wire.h"
 #include "ember/backend.h"
 
 typedef struct fz_conn {

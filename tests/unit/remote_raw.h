@@ -1,6 +1,6 @@
 /*
  * remote_raw.h — a hand-made client of the remote protocol for the remote tests: it speaks
- * the wire directly (src/backends/remote/wire.h, net.h) to send what the library never would.
+ * the wire directly (src/wire/wire.h, net.h) to send what the library never would.
  */
 #ifndef EMBER_TEST_REMOTE_RAW_H
 #define EMBER_TEST_REMOTE_RAW_H
