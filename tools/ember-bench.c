@@ -45,6 +45,9 @@ static const bench_cmd COMMANDS[] = {
     {"opencl", "[--rounds 5] [--device opencl:0]",
      "opencl:0 vs the cpu backend: matmul and elementwise throughput, with ratios",
      bench_opencl},
+    {"graph", "[--ops 1000] [--size 8] [--rounds 7] [--device cpu]",
+     "a prepared captured graph of tiny ops replayed vs the same ops run eagerly (goal <= 0.5)",
+     bench_graph},
 #ifdef EMBER_WITH_REMOTE /* remote (issue 7) */
     {"remote", "[--mb 64] [--rounds 5] [--ops 20000] [--device cpu]",
      "remote on loopback: round trips, pipelined ops, bulk MB/s vs raw TCP (goal >= 0.8)",

@@ -1,6 +1,13 @@
-/* exec.c — replaying a graph on a device: em_graph_prepare runs the setup once and keeps the
- * state; em_exec_run binds the inputs, runs the step's calls through rs_exec_kernel (each
- * checked as hostile input: the graph may come from a file) and copies the outputs out. */
+/* exec.c — replaying a graph on a device.
+ *
+ * em_graph_prepare runs the setup once (its buffers still alive are the state), then plans the
+ * step: every buffer the step makes gets a place in one of a few allocations made now (a buffer
+ * takes the place of one that is already freed when it fits, so the step needs about its peak
+ * memory, and a run allocates nothing), and every kernel call is checked once by
+ * rs_resolve_kernel (src/wire/exec.c: the graph may come from a file, so each call is hostile
+ * input) into views over those places. em_exec_run then binds the inputs (their own buffers when
+ * the step only reads them whole), calls the kernels and copies the outputs out. Calls that read
+ * index values are checked again at every run (rs_exec_kernel). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,15 +16,32 @@
 #include "graph/graph_internal.h"
 #include "wire/exec.h"
 
+enum {
+    XB_NONE = 0,   /* not alive (a setup temporary, or not made yet) */
+    XB_STATE,      /* made by the setup and alive after it: kept from run to run */
+    XB_PLANNED,    /* made by the step: a place in one of the planned allocations */
+    XB_INPUT,      /* an input, bound to the caller's buffer (or a copy) at each run */
+    XB_INPUT_COPY, /* an input the step writes into: copied into its own allocation */
+};
+
+typedef struct ex_kernel {
+    uint8_t mode;   /* rs_mode */
+    uint8_t inmask; /* views over XB_INPUT buffers: their bufs are set at each run */
+    em_view v[RW_MAX_VIEWS];
+} ex_kernel;
+
 struct em_exec {
     em_graph *g;
     em_device dev;
     const em_backend_ops *ops;
     void *ctx;
     rs_host host;
-    void **mem;       /* per buffer: its memory on the device, or NULL */
-    uint8_t *own;     /* per buffer: the exec allocated mem (else: an input's own buffer) */
-    uint8_t *persist; /* per buffer: state (made by the setup, alive after it) */
+    void **mem;      /* per buffer: its memory on the device, or NULL */
+    uint8_t *kind;   /* per buffer: XB_* */
+    void **owned;    /* the allocations the exec holds */
+    uint32_t nowned;
+    ex_kernel *kern; /* per step of the step section */
+    void **scratch;  /* per input: a copy made by this run, or NULL */
 };
 
 static bool ex_lookup(void *conn, uint64_t id, void **buf, size_t *bytes) {
@@ -28,82 +52,199 @@ static bool ex_lookup(void *conn, uint64_t id, void **buf, size_t *bytes) {
     return true;
 }
 
-static void ex_drop(em_exec *e, uint32_t b) {
-    if (e->mem[b] && e->own[b]) e->ops->free(e->ctx, e->mem[b]);
-    e->mem[b] = NULL;
-    e->own[b] = 0;
+static em_status ex_nomem(const char *fn, const em_exec *e, uint64_t bytes, em_status s) {
+    return s == EM_ERR_NOMEM ? emi_fail(s, "%s: out of memory allocating %llu bytes on %s", fn,
+                                        (unsigned long long)bytes, e->ops->name)
+                             : s;
 }
 
-static em_status ex_alloc(em_exec *e, uint32_t b) {
-    ex_drop(e, b);
-    const uint64_t n = e->g->bufs[b].bytes;
-    em_status s = e->ops->alloc(e->ctx, n ? (size_t)n : 1, &e->mem[b]);
+static em_status ex_alloc_raw(em_exec *e, const char *fn, uint64_t bytes, void **out) {
+    em_status s = e->ops->alloc(e->ctx, bytes ? (size_t)bytes : 1, out);
     if (s != EM_OK) {
-        e->mem[b] = NULL;
-        return s == EM_ERR_NOMEM ? emi_fail(s, "em_exec_run: out of memory allocating %llu "
-                                               "bytes on %s", (unsigned long long)n,
-                                            e->ops->name)
-                                 : s;
+        *out = NULL;
+        return ex_nomem(fn, e, bytes, s);
     }
-    e->own[b] = 1;
     return EM_OK;
 }
 
-/* Runs steps [from, to). */
-static em_status ex_steps(em_exec *e, uint64_t from, uint64_t to) {
+/* Keeps an allocation for the exec's life. */
+static em_status ex_own(em_exec *e, const char *fn, uint64_t bytes, void **out) {
+    EMI_TRY(ex_alloc_raw(e, fn, bytes, out));
+    e->owned[e->nowned++] = *out;
+    return EM_OK;
+}
+
+void em_exec_release(em_exec *e) {
+    if (!e) return;
+    for (uint32_t i = 0; i < e->nowned; i++) e->ops->free(e->ctx, e->owned[i]);
+    for (int i = 0; e->scratch && i < e->g->ninputs; i++)
+        if (e->scratch[i]) e->ops->free(e->ctx, e->scratch[i]);
+    free(e->owned);
+    free(e->mem);
+    free(e->kind);
+    free(e->kern);
+    free(e->scratch);
+    gr_release(e->g);
+    free(e);
+}
+
+/* True when buffer b holds an output. */
+static bool ex_is_output(const em_graph *g, uint32_t b) {
+    for (int i = 0; i < g->noutputs; i++)
+        if (g->outputs[i].view.id - 1 == b) return true;
+    return false;
+}
+
+/* The setup, run once with the allocations it asks for; what it leaves alive is the state. */
+static em_status ex_setup(em_exec *e) {
+    static const char fn[] = "em_graph_prepare";
     const em_graph *g = e->g;
     char msg[512];
-    for (uint64_t i = from; i < to; i++) {
+    em_status s = EM_OK;
+    for (uint64_t i = 0; i < g->setup_end && s == EM_OK; i++) {
         const gr_step *st = &g->steps[i];
-        em_status s = EM_OK;
         switch (st->type) {
         case GR_ALLOC:
-            if (g->bufs[st->buf].input < 0 && !e->persist[st->buf]) s = ex_alloc(e, st->buf);
+            if (e->mem[st->buf]) e->ops->free(e->ctx, e->mem[st->buf]);
+            s = ex_alloc_raw(e, fn, g->bufs[st->buf].bytes, &e->mem[st->buf]);
             break;
         case GR_FREE:
-            if (!e->persist[st->buf]) ex_drop(e, st->buf);
+            if (ex_is_output(g, st->buf)) break; /* dropped before the capture ended: kept */
+            if (e->mem[st->buf]) e->ops->free(e->ctx, e->mem[st->buf]);
+            e->mem[st->buf] = NULL;
             break;
         case GR_WRITE: {
             const gr_blob *bl = &g->blobs[st->blob];
             if (!e->mem[st->buf] || st->offset > g->bufs[st->buf].bytes ||
                 bl->len > g->bufs[st->buf].bytes - st->offset)
-                return emi_fail(EM_ERR_STATE, "em_exec_run: step %llu writes outside buffer %u",
-                                (unsigned long long)i, st->buf);
-            if (bl->len)
+                s = emi_fail(EM_ERR_STATE, "%s: step %llu writes outside buffer %u", fn,
+                             (unsigned long long)i, st->buf);
+            else if (bl->len)
                 s = e->ops->write(e->ctx, e->mem[st->buf], (size_t)st->offset, bl->data,
                                   (size_t)bl->len);
             break;
         }
         case GR_KERNEL:
             s = rs_exec_kernel(&e->host, ex_lookup, e, &st->k, msg, sizeof msg);
-            if (s != EM_OK)
-                return emi_fail(s, "em_exec_run: step %llu: %s", (unsigned long long)i, msg);
+            if (s != EM_OK) s = emi_fail(s, "%s: setup step %llu: %s", fn, (unsigned long long)i, msg);
             break;
         default:
-            return emi_fail(EM_ERR_STATE, "em_exec_run: step %llu has an unknown type %d",
-                            (unsigned long long)i, st->type);
+            s = emi_fail(EM_ERR_STATE, "%s: step %llu has an unknown type %d", fn,
+                         (unsigned long long)i, st->type);
         }
-        if (s != EM_OK) return s;
     }
-    return EM_OK;
+    for (uint32_t b = 0; b < g->nbufs; b++) {
+        if (!e->mem[b]) continue;
+        if (s == EM_OK) {
+            e->kind[b] = XB_STATE;
+            e->owned[e->nowned++] = e->mem[b];
+        } else {
+            e->ops->free(e->ctx, e->mem[b]);
+            e->mem[b] = NULL;
+        }
+    }
+    return s;
 }
 
-/* Frees what a run made (every buffer but the state). */
-static void ex_clear(em_exec *e) {
-    for (uint32_t b = 0; b < e->g->nbufs; b++)
-        if (!e->persist[b]) ex_drop(e, b);
+typedef struct ex_place {
+    uint64_t bytes;
+    bool busy;
+    void *p;
+} ex_place;
+
+/* Plans the step's buffers into places (best fit among the freed ones), then makes them. */
+static em_status ex_plan(em_exec *e) {
+    static const char fn[] = "em_graph_prepare";
+    const em_graph *g = e->g;
+    uint8_t *keep = calloc(g->nbufs ? g->nbufs : 1, 1);
+    uint32_t *place_of = calloc(g->nbufs ? g->nbufs : 1, sizeof *place_of);
+    ex_place *pl = NULL;
+    uint32_t npl = 0, cappl = 0;
+    em_status s = keep && place_of ? EM_OK : emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    /* a program may drop an output's handle before the capture ends: its buffer stays */
+    for (int i = 0; s == EM_OK && i < g->noutputs; i++) keep[g->outputs[i].view.id - 1] = 1;
+    for (uint64_t i = g->setup_end; i < g->nsteps && s == EM_OK; i++) {
+        const gr_step *st = &g->steps[i];
+        const uint32_t b = st->buf;
+        if (st->type == GR_ALLOC) {
+            if (e->kind[b] != XB_NONE) continue; /* state, or an input bound already */
+            if (g->bufs[b].input >= 0) {
+                if (!g->bufs[b].written) {
+                    e->kind[b] = XB_INPUT;
+                } else {
+                    e->kind[b] = XB_INPUT_COPY;
+                    s = ex_own(e, fn, g->bufs[b].bytes, &e->mem[b]);
+                }
+                continue;
+            }
+            const uint64_t need = g->bufs[b].bytes ? g->bufs[b].bytes : 1;
+            uint32_t best = UINT32_MAX;
+            for (uint32_t k = 0; k < npl; k++)
+                if (!pl[k].busy && pl[k].bytes >= need &&
+                    (best == UINT32_MAX || pl[k].bytes < pl[best].bytes))
+                    best = k;
+            if (best == UINT32_MAX) {
+                if (npl == cappl) {
+                    uint32_t nc = cappl ? 2 * cappl : 64;
+                    ex_place *q = realloc(pl, nc * sizeof *q);
+                    if (!q) {
+                        s = emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+                        break;
+                    }
+                    pl = q;
+                    cappl = nc;
+                }
+                pl[npl] = (ex_place){need, false, NULL};
+                best = npl++;
+            }
+            pl[best].busy = true;
+            place_of[b] = best;
+            e->kind[b] = XB_PLANNED;
+        } else if (st->type == GR_FREE) {
+            if (e->kind[b] == XB_PLANNED && !keep[b]) pl[place_of[b]].busy = false;
+        }
+    }
+    if (s == EM_OK) {
+        void **o = realloc(e->owned, (e->nowned + npl + 1) * sizeof *o);
+        if (!o) s = emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+        else e->owned = o;
+    }
+    for (uint32_t k = 0; k < npl && s == EM_OK; k++) s = ex_own(e, fn, pl[k].bytes, &pl[k].p);
+    for (uint32_t b = 0; b < g->nbufs && s == EM_OK; b++)
+        if (e->kind[b] == XB_PLANNED) e->mem[b] = pl[place_of[b]].p;
+    free(pl);
+    free(keep);
+    free(place_of);
+    return s;
 }
 
-void em_exec_release(em_exec *e) {
-    if (!e) return;
-    if (e->mem) {
-        for (uint32_t b = 0; b < e->g->nbufs; b++) ex_drop(e, b);
+/* Checks every kernel call of the step once and resolves its views. */
+static em_status ex_resolve(em_exec *e) {
+    static const char fn[] = "em_graph_prepare";
+    const em_graph *g = e->g;
+    char msg[512];
+    /* inputs bound at each run: stand-in addresses, one per buffer, while checking */
+    for (uint32_t b = 0; b < g->nbufs; b++)
+        if (e->kind[b] == XB_INPUT) e->mem[b] = (char *)e->kind + b;
+    em_status s = EM_OK;
+    for (uint64_t i = g->setup_end; i < g->nsteps && s == EM_OK; i++) {
+        const gr_step *st = &g->steps[i];
+        if (st->type != GR_KERNEL) continue;
+        ex_kernel *x = &e->kern[i - g->setup_end];
+        rs_mode mode = RS_CHECKED;
+        s = rs_resolve_kernel(&e->host, ex_lookup, e, &st->k, x->v, &mode, msg, sizeof msg);
+        if (s != EM_OK) {
+            s = emi_fail(s, "%s: step %llu: %s", fn, (unsigned long long)i, msg);
+            break;
+        }
+        x->mode = (uint8_t)mode;
+        for (int v = 0; v < RW_MAX_VIEWS; v++)
+            if ((st->k.mask >> v & 1u) && e->kind[st->k.views[v].id - 1] == XB_INPUT)
+                x->inmask |= (uint8_t)(1u << v);
     }
-    free(e->mem);
-    free(e->own);
-    free(e->persist);
-    gr_release(e->g);
-    free(e);
+    for (uint32_t b = 0; b < g->nbufs; b++)
+        if (e->kind[b] == XB_INPUT) e->mem[b] = NULL;
+    return s;
 }
 
 em_status em_graph_prepare(const em_graph *gc, em_device dev, em_exec **out) {
@@ -120,35 +261,38 @@ em_status em_graph_prepare(const em_graph *gc, em_device dev, em_exec **out) {
     atomic_fetch_add(&g->refs, 1);
     e->g = g;
     e->dev = dev;
-    size_t n = g->nbufs ? g->nbufs : 1;
+    em_status s = emi_backend(dev, &e->ops, &e->ctx);
+    if (s != EM_OK) {
+        free(e);
+        gr_release(g);
+        return emi_fail_prefixed(s, fn);
+    }
+    const size_t n = g->nbufs ? g->nbufs : 1;
+    const uint64_t nk = g->nsteps - g->setup_end;
     e->mem = calloc(n, sizeof *e->mem);
-    e->own = calloc(n, 1);
-    e->persist = calloc(n, 1);
-    if (!e->mem || !e->own || !e->persist) {
+    e->kind = calloc(n, 1);
+    e->owned = calloc(n + 1, sizeof *e->owned);
+    e->kern = calloc(nk ? nk : 1, sizeof *e->kern);
+    e->scratch = calloc(g->ninputs ? (size_t)g->ninputs : 1, sizeof *e->scratch);
+    if (!e->mem || !e->kind || !e->owned || !e->kern || !e->scratch) {
         em_exec_release(e);
         return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
     }
-    em_status s = emi_backend(dev, &e->ops, &e->ctx);
-    if (s != EM_OK) {
-        em_exec_release(e);
-        return emi_fail_prefixed(s, fn);
-    }
     e->host = (rs_host){e->ops, e->ctx, false, NULL};
-    s = ex_steps(e, 0, g->setup_end);
+    s = ex_setup(e);
+    if (s == EM_OK) s = ex_plan(e);
+    if (s == EM_OK) s = ex_resolve(e);
     if (s == EM_OK && e->ops->sync) s = e->ops->sync(e->ctx);
     if (s != EM_OK) {
         em_exec_release(e);
         return s;
     }
-    /* what the setup left alive is the state; the rest of its buffers go */
-    for (uint32_t b = 0; b < g->nbufs; b++)
-        if (e->mem[b] && g->bufs[b].input < 0) e->persist[b] = 1;
     *out = e;
     return EM_OK;
 }
 
-/* Binds input i to t: its own buffer when the graph reads it whole and never writes it, else
- * a copy. */
+/* Binds input i to t: its own buffer when the step reads it whole and never writes it, else a
+ * copy. */
 static em_status ex_bind(em_exec *e, int i, const em_tensor *t) {
     static const char fn[] = "em_exec_run";
     const gr_named *in = &e->g->inputs[i];
@@ -171,20 +315,58 @@ static em_status ex_bind(em_exec *e, int i, const em_tensor *t) {
                         emi_shape_str(in->view.shape, in->view.rank, b, sizeof b));
     }
     const uint32_t b = (uint32_t)(in->view.id - 1);
-    ex_drop(e, b);
-    if (emi_view_is_contiguous(&t->v) && t->v.offset == 0 && !e->g->bufs[b].written &&
-        t->st->bytes >= e->g->bufs[b].bytes) {
+    const uint64_t bytes = e->g->bufs[b].bytes;
+    if (e->kind[b] == XB_NONE) return EM_OK; /* the step never uses it */
+    if (e->kind[b] == XB_INPUT && emi_view_is_contiguous(&t->v) && t->v.offset == 0 &&
+        t->st->bytes >= bytes) {
         e->mem[b] = t->v.buf;
-        e->own[b] = 0;
         return EM_OK;
     }
-    EMI_TRY(ex_alloc(e, b));
+    if (e->kind[b] == XB_INPUT) {
+        EMI_TRY(ex_alloc_raw(e, fn, bytes, &e->scratch[i]));
+        e->mem[b] = e->scratch[i];
+    }
     em_view dst = t->v;
     dst.buf = e->mem[b];
     dst.offset = 0;
     emi_contiguous_strides(dst.shape, dst.rank, dst.strides);
     if (emi_numel(dst.shape, dst.rank) == 0) return EM_OK;
     return e->ops->copy(e->ctx, &dst, &t->v);
+}
+
+/* The step's calls. */
+static em_status ex_step(em_exec *e) {
+    static const char fn[] = "em_exec_run";
+    const em_graph *g = e->g;
+    char msg[512];
+    for (uint64_t i = g->setup_end; i < g->nsteps; i++) {
+        const gr_step *st = &g->steps[i];
+        em_status s = EM_OK;
+        if (st->type == GR_KERNEL) {
+            ex_kernel *x = &e->kern[i - g->setup_end];
+            if (x->mode == RS_SKIP) continue;
+            if (x->mode == RS_DIRECT) {
+                for (int v = 0; x->inmask >> v; v++)
+                    if (x->inmask >> v & 1u) x->v[v].buf = e->mem[st->k.views[v].id - 1];
+                s = rs_run_resolved(&e->host, &st->k, x->v, msg, sizeof msg);
+            } else {
+                s = rs_exec_kernel(&e->host, ex_lookup, e, &st->k, msg, sizeof msg);
+            }
+            if (s != EM_OK)
+                return emi_fail(s, "%s: step %llu: %s", fn, (unsigned long long)i, msg);
+        } else if (st->type == GR_WRITE) {
+            const gr_blob *bl = &g->blobs[st->blob];
+            if (!e->mem[st->buf] || st->offset > g->bufs[st->buf].bytes ||
+                bl->len > g->bufs[st->buf].bytes - st->offset)
+                return emi_fail(EM_ERR_STATE, "%s: step %llu writes outside buffer %u", fn,
+                                (unsigned long long)i, st->buf);
+            if (bl->len)
+                s = e->ops->write(e->ctx, e->mem[st->buf], (size_t)st->offset, bl->data,
+                                  (size_t)bl->len);
+            if (s != EM_OK) return s;
+        }
+    }
+    return EM_OK;
 }
 
 /* A new tensor on the exec's device with the values of named view nv. */
@@ -230,7 +412,7 @@ em_status em_exec_run(em_exec *e, const em_tensor *const *inputs, int n_inputs,
     if (n_outputs > 0 && !outputs) return emi_fail_null(fn, "outputs");
     em_status s = EM_OK;
     for (int i = 0; i < g->ninputs && s == EM_OK; i++) s = ex_bind(e, i, inputs[i]);
-    if (s == EM_OK) s = ex_steps(e, g->setup_end, g->nsteps);
+    if (s == EM_OK) s = ex_step(e);
     int made = 0;
     for (; made < n_outputs && s == EM_OK; made++)
         s = ex_copy_out(e, fn, &g->outputs[made], &outputs[made]);
@@ -240,7 +422,13 @@ em_status em_exec_run(em_exec *e, const em_tensor *const *inputs, int n_inputs,
             outputs[j] = NULL;
         }
     }
-    ex_clear(e);
+    /* the inputs' buffers are the caller's again */
+    for (int i = 0; i < g->ninputs; i++) {
+        const uint32_t b = (uint32_t)(g->inputs[i].view.id - 1);
+        if (e->kind[b] == XB_INPUT) e->mem[b] = NULL;
+        if (e->scratch[i]) e->ops->free(e->ctx, e->scratch[i]);
+        e->scratch[i] = NULL;
+    }
     return s;
 }
 

@@ -261,6 +261,16 @@ em_status em_one_hot(const em_tensor *index, int64_t num_classes, em_dtype dt,
     em_tensor *u = NULL, *ar = NULL, *eq = NULL;
     em_status s = em_unsqueeze(index, -1, &u);
     if (s == EM_OK) s = em_arange(0.0, (double)num_classes, 1.0, index->dtype, index->dev, &ar);
+    if (s == EM_OK && index->dev.backend == EM_BACKEND_CAPTURE && num_classes > 0) {
+        /* the values are not known yet: an index_select of the classes by the indices (its
+         * result dropped) makes the graph's run range-check them, as this call does now */
+        em_tensor *flat = NULL, *picked = NULL;
+        const int64_t n = emi_numel(index->v.shape, index->v.rank);
+        s = em_reshape(index, &n, 1, &flat);
+        if (s == EM_OK) s = em_index_select(ar, 0, flat, &picked);
+        em_tensor_release(flat);
+        em_tensor_release(picked);
+    }
     if (s == EM_OK) s = em_eq(u, ar, &eq);
     if (s == EM_OK) s = em_cast(eq, dt, out);
     em_tensor_release(u);

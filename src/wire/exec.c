@@ -693,6 +693,57 @@ uint32_t rs_slot_mask(const em_backend_ops *o) {
     return m;
 }
 
+em_status rs_resolve_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn,
+                            const rw_kernel *k, em_view views[RW_MAX_VIEWS], rs_mode *mode,
+                            char *msg, size_t cap) {
+    rs_ctx c = {h, lookup, conn, msg, cap, rw_slots[k->slot].name};
+    em_view *v[RW_MAX_VIEWS] = {0};
+    int64_t blo[RW_MAX_VIEWS] = {0}, bhi[RW_MAX_VIEWS] = {0};
+    em_status s = EM_OK;
+    if (!rs_has(h->ops, k->slot))
+        return rs_bad(&c, EM_ERR_UNSUPPORTED, "the device does not implement it");
+    const rs_rule r = rs_rule_of(k);
+    for (int i = 0; i < rw_slots[k->slot].nviews && s == EM_OK; i++)
+        if (k->mask & (1u << i)) {
+            s = rs_view(&c, &k->views[i], i, &views[i], &blo[i], &bhi[i]);
+            v[i] = &views[i];
+        }
+    if (s == EM_OK && k->slot == RW_K_SORT && !v[0] && !v[1])
+        return rs_bad(&c, EM_ERR_ARG, "neither values nor indices");
+    if (s == EM_OK) s = rs_check_dtypes(&c, &r, v);
+    if (s != EM_OK) return s;
+    if (rs_numel_v(v[r.primary]) == 0) {
+        *mode = RS_SKIP;
+        return EM_OK;
+    }
+    /* index values change from run to run: those slots are checked at each one */
+    if (k->slot == RW_K_GATHER || k->slot == RW_K_INDEX_SELECT || k->slot == RW_K_SCATTER_ADD) {
+        *mode = RS_CHECKED;
+        return EM_OK;
+    }
+    s = rs_check(&c, k, v);
+    if (s == EM_OK) s = rs_check_outputs(&c, &r, v, blo, bhi);
+    if (s != EM_OK) return s;
+    *mode = RS_DIRECT;
+    const bool strided = (h->ops->caps & EM_CAP_STRIDED_INPUTS) && !r.contig_in;
+    for (int i = 0; i < RW_MAX_VIEWS && !strided && k->slot != RW_K_COPY; i++)
+        if (v[i] && (r.role[i] == V_IN || r.role[i] == V_INDEX) && !rs_contiguous(v[i]))
+            *mode = RS_CHECKED; /* its inputs are copied contiguous at each run */
+    return EM_OK;
+}
+
+em_status rs_run_resolved(const rs_host *h, const rw_kernel *k, em_view views[RW_MAX_VIEWS],
+                          char *msg, size_t cap) {
+    em_view *v[RW_MAX_VIEWS] = {0};
+    for (int i = 0; i < RW_MAX_VIEWS; i++)
+        if (k->mask & (1u << i)) v[i] = &views[i];
+    if (h->serialize) pthread_mutex_lock((pthread_mutex_t *)h->lock);
+    em_status s = rs_call(h, k, v);
+    if (h->serialize) pthread_mutex_unlock((pthread_mutex_t *)h->lock);
+    if (s != EM_OK) snprintf(msg, cap, "%s: %s", rw_slots[k->slot].name, em_last_error());
+    return s;
+}
+
 em_status rs_exec_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn, const rw_kernel *k,
                          char *msg, size_t cap) {
     rs_ctx c = {h, lookup, conn, msg, cap, rw_slots[k->slot].name};

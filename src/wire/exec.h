@@ -25,6 +25,25 @@ typedef bool (*rs_lookup_fn)(void *conn, uint64_t id, void **buf, size_t *bytes)
 em_status rs_exec_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn, const rw_kernel *k,
                          char *msg, size_t cap);
 
+/** How a kernel that rs_resolve_kernel checked runs from then on. */
+typedef enum rs_mode {
+    RS_SKIP,    /* its primary output is empty: nothing runs */
+    RS_DIRECT,  /* rs_run_resolved, with no further check */
+    RS_CHECKED, /* rs_exec_kernel at every run (it reads index values, or an input of a device
+                 * without EM_CAP_STRIDED_INPUTS must be copied contiguous first) */
+} rs_mode;
+
+/** Checks k as rs_exec_kernel does, except index values, and resolves its views into views[]
+ *  (their bufs from lookup) without running it: for a caller that runs one call many times
+ *  over buffers whose sizes do not change (a prepared graph). The buffers' contents may
+ *  change between runs, and a view's buf may be replaced by another buffer of the same size. */
+em_status rs_resolve_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn,
+                            const rw_kernel *k, em_view views[RW_MAX_VIEWS], rs_mode *mode,
+                            char *msg, size_t cap);
+/** Runs a kernel that rs_resolve_kernel made RS_DIRECT, on views[]. */
+em_status rs_run_resolved(const rs_host *h, const rw_kernel *k, em_view views[RW_MAX_VIEWS],
+                          char *msg, size_t cap);
+
 /** Bit i set: the device implements kernel slot i. */
 uint32_t rs_slot_mask(const em_backend_ops *o);
 

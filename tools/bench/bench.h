@@ -19,5 +19,6 @@ void bench_loop_fma_relu(float *restrict z, const float *restrict a, const float
 int bench_cpu(int argc, char **argv);
 int bench_opencl(int argc, char **argv); /* opencl.c */
 int bench_remote(int argc, char **argv); /* remote.c (issue 7), with EMBER_WITH_REMOTE */
+int bench_graph(int argc, char **argv);  /* graph.c: captured graphs */
 
 #endif
