@@ -57,6 +57,7 @@
 
 #include "ember/backend.h" /* em_backend_set_error, for the model class */
 #include "ember/ember.h"
+#include "ember/graph.h"
 #include "ember/io.h"
 #include "ember/nn.h"
 #include "ember/remote.h" /* remote (issue 7) */
@@ -74,7 +75,7 @@ typedef struct config {
     long epochs, batch, limit, test_limit, steps, context;
     double lr, momentum;
     uint64_t seed;
-    bool balanced, eval_only, lr_set, batch_set, optimizer_set;
+    bool balanced, eval_only, lr_set, batch_set, optimizer_set, capture;
 } config;
 
 static double now_s(void) {
@@ -89,6 +90,7 @@ static void usage(FILE *f) {
                "                   [--batch B] [--lr X] [--optimizer sgd|adam|adamw] "
                "[--momentum M]\n"
                "                   [--checkpointing balanced] [--save F] [--load F] [--eval]\n"
+               "                   [--capture]\n"
                "                   [--data DIR|FILE] [--seed S] [--limit N] [--test-limit N]\n"
                "                   [--steps N] [--context T]\n"
                "  mlp, cnn, resnet: Fashion-MNIST in --data DIR; transformer: a character "
@@ -131,6 +133,10 @@ static int parse_args(int argc, char **argv, config *c) {
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) return -1;
         if (strcmp(f, "--eval") == 0) {
             c->eval_only = true;
+            continue;
+        }
+        if (strcmp(f, "--capture") == 0) {
+            c->capture = true;
             continue;
         }
         static const char *const with_value[] = {
@@ -274,6 +280,127 @@ static em_status build_model(const char *kind, em_device dev, uint64_t seed, em_
 }
 
 /** Test accuracy of model over ds, in batches (eval mode; the caller turns recording off). */
+/* ---- --capture (image models): the step's forward and backward captured once ----
+ *
+ * The model is built a second time on the capture device (capture+autodiff, with the run's
+ * checkpointing); its parameters and buffers are replaced by graph inputs, and the images and
+ * labels of a batch are inputs too; the loss and every parameter's gradient are the outputs.
+ * Prepared on the device, the graph is replayed for every full batch, with the real model's
+ * tensors as inputs (bound in place: no copy; batch norm's running statistics are written
+ * back as the eager step writes them), and the optimizer steps there as it does eagerly (a
+ * last partial batch runs eagerly): any optimizer and learning rate, the loss curve of eager
+ * training. */
+typedef struct cap_step {
+    em_graph *g;
+    em_exec *e;
+    size_t np, ns;             /* parameters; parameters and buffers (the graph's inputs) */
+    const em_tensor **inputs;  /* the real model's state, then the batch */
+    em_tensor **outputs;       /* the loss, then one gradient per parameter */
+} cap_step;
+
+static void cap_step_release(cap_step *cs) {
+    em_exec_release(cs->e);
+    em_graph_release(cs->g);
+    free(cs->inputs);
+    free(cs->outputs);
+    memset(cs, 0, sizeof *cs);
+}
+
+/* Captures the step of c->model with batches of c->batch images of rows x cols, for the
+ * model whose state is `state` (its parameters first: em_module_state lists each module's
+ * parameters, then its buffers; `params` says which are parameters) on inner. */
+static em_status cap_step_make(const config *c, em_device dev, em_device inner,
+                               em_params *params, em_params *state, int64_t rows, int64_t cols,
+                               cap_step *cs) {
+    em_device cap;
+    em_status s = em_device_parse("capture", &cap);
+    if (s == EM_OK) s = em_device_autodiff(cap, dev.checkpointing, &cap);
+    em_module *m = NULL;
+    em_params *mp = NULL, *ms = NULL;
+    em_tensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    em_grads *g = NULL;
+    memset(cs, 0, sizeof *cs);
+    if (s == EM_OK) s = em_graph_begin(&cs->g);
+    if (s == EM_OK) s = build_model(c->model, cap, c->seed, &m);
+    if (s == EM_OK) s = em_params_create(&mp);
+    if (s == EM_OK) s = em_params_create(&ms);
+    if (s == EM_OK) s = em_module_params(m, NULL, mp);
+    if (s == EM_OK) s = em_module_state(m, NULL, ms);
+    cs->ns = ms ? em_params_count(ms) : 0;
+    cs->np = mp ? em_params_count(mp) : 0;
+    if (s == EM_OK && (cs->ns != em_params_count(state) || cs->np != em_params_count(params)))
+        s = em_backend_set_error(EM_ERR_STATE, "--capture: the captured model differs");
+    if (s == EM_OK) {
+        cs->inputs = calloc(cs->ns + 2, sizeof *cs->inputs);
+        cs->outputs = calloc(cs->np + 1, sizeof *cs->outputs);
+        if (!cs->inputs || !cs->outputs) s = em_backend_set_error(EM_ERR_NOMEM, "out of memory");
+    }
+    /* the state becomes the graph's inputs, named after it */
+    for (size_t i = 0; s == EM_OK && i < cs->ns; i++) {
+        em_tensor **slot = em_params_slot(ms, i), *in = NULL;
+        const em_tensor *real = *em_params_slot(state, i);
+        char name[160];
+        snprintf(name, sizeof name, "state.%s", em_params_name(ms, i));
+        s = em_graph_input(cs->g, name, em_tensor_dtype(*slot), em_tensor_shape(*slot),
+                           em_tensor_rank(*slot), cap, &in);
+        if (s == EM_OK && em_tensor_requires_grad(*slot)) s = em_tensor_require_grad(in);
+        if (s == EM_OK) {
+            em_tensor_release(*slot);
+            *slot = in;
+            cs->inputs[i] = real;
+        } else {
+            em_tensor_release(in);
+        }
+    }
+    const int64_t xs[4] = {c->batch, 1, rows, cols}, ys[1] = {c->batch};
+    if (s == EM_OK) s = em_graph_input(cs->g, "images", EM_F32, xs, 4, cap, &x);
+    if (s == EM_OK) s = em_graph_input(cs->g, "labels", EM_I64, ys, 1, cap, &y);
+    if (s == EM_OK) s = em_module_forward(m, x, true, &logits);
+    if (s == EM_OK) s = em_loss_cross_entropy(logits, y, &loss);
+    if (s == EM_OK) s = em_backward(loss, &g);
+    if (s == EM_OK) s = em_graph_output(cs->g, "loss", loss);
+    for (size_t i = 0; s == EM_OK && i < cs->np; i++) {
+        em_tensor *gr = NULL;
+        char name[160];
+        snprintf(name, sizeof name, "grad.%s", em_params_name(mp, i));
+        s = em_grads_get(g, *em_params_slot(mp, i), &gr);
+        if (s == EM_OK && !gr) s = em_backend_set_error(EM_ERR_STATE, "--capture: %s has no gradient", name);
+        if (s == EM_OK) s = em_graph_output(cs->g, name, gr);
+        em_tensor_release(gr);
+    }
+    em_grads_release(g);
+    em_tensor_release(loss), em_tensor_release(logits), em_tensor_release(x), em_tensor_release(y);
+    em_params_release(mp), em_params_release(ms), em_module_release(m);
+    if (cs->g) {
+        em_status e = em_graph_end(cs->g);
+        if (s == EM_OK) s = e;
+    }
+    if (s == EM_OK) s = em_graph_prepare(cs->g, inner, &cs->e);
+    if (s != EM_OK) cap_step_release(cs);
+    return s;
+}
+
+/* One replayed step on the batch (x, y): *loss_value, and the optimizer's step. */
+static em_status cap_step_run(cap_step *cs, em_params *params, em_optimizer *opt,
+                              const em_tensor *x, const em_tensor *y, double *loss_value) {
+    cs->inputs[cs->ns] = x;
+    cs->inputs[cs->ns + 1] = y;
+    em_status s = em_exec_run(cs->e, cs->inputs, (int)cs->ns + 2, cs->outputs, (int)cs->np + 1);
+    if (s != EM_OK) return s;
+    em_grads *g = NULL;
+    s = em_tensor_item(cs->outputs[0], loss_value);
+    if (s == EM_OK) s = em_grads_create(&g);
+    for (size_t i = 0; s == EM_OK && i < cs->np; i++)
+        s = em_grads_set(g, *em_params_slot(params, i), cs->outputs[1 + i]);
+    if (s == EM_OK) s = em_optimizer_step(opt, g, 1.0);
+    em_grads_release(g);
+    for (size_t i = 0; i <= cs->np; i++) {
+        em_tensor_release(cs->outputs[i]);
+        cs->outputs[i] = NULL;
+    }
+    return s;
+}
+
 static em_status evaluate(em_module *model, const em_dataset *ds, em_device dev, long batch,
                           long limit, double *accuracy) {
     int64_t n = em_dataset_size(ds);
@@ -661,6 +788,7 @@ int main(int argc, char **argv) {
     if (em_device_autodiff(inner, c.balanced ? EM_CKPT_BALANCED : EM_CKPT_DISABLED, &dev) != EM_OK)
         return bad("device '%s': %s", c.device ? c.device : "default", em_last_error());
 
+    if (transformer && c.capture) return bad("--capture: image models only%s%s", "", "");
     if (transformer) return run_transformer(&c, dev, inner);
 
     /* the data */
@@ -679,9 +807,10 @@ int main(int argc, char **argv) {
 
     em_dataset *train = NULL, *test = NULL;
     em_module *model = NULL;
-    em_params *params = NULL;
+    em_params *params = NULL, *state = NULL;
     em_optimizer *opt = NULL;
     int64_t *perm = NULL;
+    cap_step cs = {0};
     rc = 1;
     char devname[64] = "";
     em_device_name(dev, devname, sizeof devname);
@@ -692,6 +821,16 @@ int main(int argc, char **argv) {
     TRY(em_module_params(model, NULL, params));
     if (c.load != NULL) TRY(em_module_load(model, c.load));
     TRY(make_optimizer(&c, params, &opt));
+    if (c.capture && !c.eval_only) {
+        int64_t rows = 0, cols = 0;
+        TRY(em_params_create(&state));
+        TRY(em_module_state(model, NULL, state));
+        TRY(em_dataset_shape(train, &rows, &cols));
+        double t0 = now_s();
+        TRY(cap_step_make(&c, dev, inner, params, state, rows, cols, &cs));
+        printf("ember-train: captured the step: %lld kernel calls, prepared in %.3f s\n",
+               (long long)em_graph_kernel_count(cs.g), now_s() - t0);
+    }
 
     int64_t n = em_dataset_size(train);
     int64_t used = c.limit > 0 && c.limit < n ? c.limit : n;
@@ -732,6 +871,17 @@ int main(int argc, char **argv) {
             em_grads *g = NULL;
             double lv = 0;
             em_status s = em_dataset_batch(train, perm + b, m, inner, &x, &y);
+            if (s == EM_OK && cs.e && (long)m == c.batch) {
+                s = cap_step_run(&cs, params, opt, x, y, &lv);
+                em_tensor_release(x), em_tensor_release(y);
+                if (s != EM_OK) {
+                    if (tty) printf("\n");
+                    TRY(s);
+                }
+                sum += lv, steps++;
+                progress(tty, (int)e + 1, b + (int64_t)m, used, sum / (double)steps, t0, &decile);
+                continue;
+            }
             if (s == EM_OK) s = em_module_forward(model, x, true, &logits);
             if (s == EM_OK) s = em_loss_cross_entropy(logits, y, &loss);
             if (s == EM_OK) s = em_tensor_item(loss, &lv);
@@ -772,8 +922,10 @@ int main(int argc, char **argv) {
     rc = 0;
 fail:
     free(perm);
+    cap_step_release(&cs);
     em_optimizer_release(opt);
     em_params_release(params);
+    em_params_release(state);
     em_module_release(model);
     em_dataset_release(train), em_dataset_release(test);
     return rc;

@@ -916,6 +916,15 @@ void em_grads_release(em_grads *g);
  *  EM_ERR_ARG for NULL acc or g, or acc == g; the errors of em_add (a gradient of the same leaf
  *  of another dtype or device); EM_ERR_NOMEM. Nothing changes on error. */
 em_status em_grads_add(em_grads *acc, const em_grads *g);
+/** An empty set of gradients (release with em_grads_release), for gradients computed
+ *  elsewhere (a replayed graph's outputs, include/ember/graph.h) and handed to
+ *  em_optimizer_step through em_grads_set. Errors: EM_ERR_ARG, EM_ERR_NOMEM. */
+em_status em_grads_create(em_grads **out);
+/** Sets param's gradient in g to grad (retained; it replaces one param had in g). param is a
+ *  leaf that requires grad; grad an untracked tensor of its dtype and shape on its device
+ *  (autodiff flag aside). Errors: EM_ERR_ARG (NULL, released), EM_ERR_STATE (param not such
+ *  a leaf, grad tracked), EM_ERR_DEVICE, EM_ERR_DTYPE, EM_ERR_SHAPE, EM_ERR_NOMEM. */
+em_status em_grads_set(em_grads *g, const em_tensor *param, em_tensor *grad);
 
 /* ---- memory, from the backends' allocators ---- */
 

@@ -145,7 +145,9 @@ em_status em_graph_prepare(const em_graph *g, em_device dev, em_exec **out);
 /** Runs the step once: inputs[i] (n_inputs == em_graph_input_count, each on the exec's
  *  device with the input's dtype and shape, any layout) in; outputs[i] (n_outputs ==
  *  em_graph_output_count, or 0 with outputs NULL) get new tensors on the exec's device.
- *  The state carries over to the next run. Errors: EM_ERR_ARG (counts, NULL), EM_ERR_SHAPE /
+ *  The state carries over to the next run. An input that the captured step wrote into (a
+ *  module's buffer updated in place, as batch norm's running statistics) is written, as
+ *  running the step eagerly would write it. Errors: EM_ERR_ARG (counts, NULL), EM_ERR_SHAPE /
  *  EM_ERR_DTYPE / EM_ERR_DEVICE naming the input, EM_ERR_ARG for an index out of range, and
  *  any kernel's failure; after a failure the state may be partly updated. */
 em_status em_exec_run(em_exec *e, const em_tensor *const *inputs, int n_inputs,

@@ -912,6 +912,58 @@ static em_status emi_grads_add_all(em_grads *acc, const em_grads *g) {
     return s;
 }
 
+em_status em_grads_create(em_grads **out) {
+    static const char fn[] = "em_grads_create";
+    EMI_TRY(emi_check_out(fn, out));
+    em_grads *g = calloc(1, sizeof *g);
+    if (!g) return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    *out = g;
+    return EM_OK;
+}
+
+em_status em_grads_set(em_grads *g, const em_tensor *param, em_tensor *grad) {
+    static const char fn[] = "em_grads_set";
+    if (!g) return emi_fail(EM_ERR_ARG, "%s: grads is NULL", fn);
+    EMI_TRY(emi_check_tensor(fn, "param", param));
+    EMI_TRY(emi_check_tensor(fn, "grad", grad));
+    if (!em_tensor_requires_grad(param))
+        return emi_fail(EM_ERR_STATE, "%s: param is not a leaf that requires grad "
+                                      "(em_tensor_require_grad)", fn);
+    if (grad->ad)
+        return emi_fail(EM_ERR_STATE, "%s: grad is tracked: em_tensor_detach it first", fn);
+    EMI_TRY(emi_check_same_device(fn, param, grad));
+    EMI_TRY(emi_check_same_dtype(fn, param, grad));
+    if (!emi_same_shape(param->v.shape, param->v.rank, grad->v.shape, grad->v.rank)) {
+        char a[128], b[128];
+        return emi_fail(EM_ERR_SHAPE, "%s: grad %s and param %s differ in shape", fn,
+                        emi_shape_str(grad->v.shape, grad->v.rank, a, sizeof a),
+                        emi_shape_str(param->v.shape, param->v.rank, b, sizeof b));
+    }
+    for (size_t i = 0; i < g->n; i++)
+        if (g->leaf[i] == param->ad) {
+            em_tensor_retain(grad);
+            em_tensor_release(g->grad[i]);
+            g->grad[i] = grad;
+            return EM_OK;
+        }
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 8;
+        emi_ad_node **l = realloc(g->leaf, cap * sizeof *l);
+        if (!l) return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+        g->leaf = l;
+        em_tensor **t = realloc(g->grad, cap * sizeof *t);
+        if (!t) return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+        g->grad = t;
+        g->cap = cap;
+    }
+    atomic_fetch_add_explicit(&param->ad->refs, 1, memory_order_relaxed);
+    em_tensor_retain(grad);
+    g->leaf[g->n] = param->ad;
+    g->grad[g->n] = grad;
+    g->n++;
+    return EM_OK;
+}
+
 /* Backward keeps what it makes (the gradients em_grads holds, the tape's scratch): nothing it
  * creates joins an open tensor scope (src/core/scope.c). */
 em_status em_backward(const em_tensor *loss, em_grads **out) {

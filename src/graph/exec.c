@@ -413,6 +413,18 @@ em_status em_exec_run(em_exec *e, const em_tensor *const *inputs, int n_inputs,
     em_status s = EM_OK;
     for (int i = 0; i < g->ninputs && s == EM_OK; i++) s = ex_bind(e, i, inputs[i]);
     if (s == EM_OK) s = ex_step(e);
+    /* an input the step wrote into (a module's buffer updated in place, as batch norm's
+     * running statistics) gets the values, as the step run eagerly would have left it */
+    for (int i = 0; i < g->ninputs && s == EM_OK; i++) {
+        const uint32_t b = (uint32_t)(g->inputs[i].view.id - 1);
+        if (e->kind[b] != XB_INPUT_COPY) continue;
+        const em_tensor *t = inputs[i];
+        em_view src = t->v;
+        src.buf = e->mem[b];
+        src.offset = 0;
+        emi_contiguous_strides(src.shape, src.rank, src.strides);
+        if (emi_numel(src.shape, src.rank) > 0) s = e->ops->copy(e->ctx, &t->v, &src);
+    }
     int made = 0;
     for (; made < n_outputs && s == EM_OK; made++)
         s = ex_copy_out(e, fn, &g->outputs[made], &outputs[made]);
