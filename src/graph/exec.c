@@ -27,8 +27,17 @@ enum {
 typedef struct ex_kernel {
     uint8_t mode;   /* rs_mode */
     uint8_t inmask; /* views over XB_INPUT buffers: their bufs are set at each run */
+    bool fused;     /* a GR_ALT whose fused call the device runs (then its composition not) */
+    uint64_t end;   /* a GR_ALT's GR_ALT_END (or the last step) */
     em_view v[RW_MAX_VIEWS];
 } ex_kernel;
+
+/* The GR_ALT_END of the GR_ALT at step i, or the last step when it has none. */
+static uint64_t ex_alt_end(const em_graph *g, uint64_t i) {
+    for (uint64_t j = i + 1; j < g->nsteps; j++)
+        if (g->steps[j].type == GR_ALT_END || g->steps[j].type == GR_ALT) return j;
+    return g->nsteps - 1;
+}
 
 struct em_exec {
     em_graph *g;
@@ -101,9 +110,21 @@ static em_status ex_setup(em_exec *e) {
     const em_graph *g = e->g;
     char msg[512];
     em_status s = EM_OK;
+    bool skip = false; /* inside a composition whose fused call ran */
     for (uint64_t i = 0; i < g->setup_end && s == EM_OK; i++) {
         const gr_step *st = &g->steps[i];
+        if (skip && (st->type == GR_KERNEL || st->type == GR_WRITE)) continue;
         switch (st->type) {
+        case GR_ALT:
+            if (!rs_implements(e->ops, st->k.slot)) break; /* the composition runs */
+            s = rs_exec_kernel(&e->host, ex_lookup, e, &st->k, msg, sizeof msg);
+            if (s == EM_OK) skip = true;
+            else if (s == EM_ERR_UNSUPPORTED) s = EM_OK; /* not this case: the composition */
+            else s = emi_fail(s, "%s: setup step %llu: %s", fn, (unsigned long long)i, msg);
+            break;
+        case GR_ALT_END:
+            skip = false;
+            break;
         case GR_ALLOC:
             if (e->mem[st->buf]) e->ops->free(e->ctx, e->mem[st->buf]);
             s = ex_alloc_raw(e, fn, g->bufs[st->buf].bytes, &e->mem[st->buf]);
@@ -229,8 +250,14 @@ static em_status ex_resolve(em_exec *e) {
     em_status s = EM_OK;
     for (uint64_t i = g->setup_end; i < g->nsteps && s == EM_OK; i++) {
         const gr_step *st = &g->steps[i];
-        if (st->type != GR_KERNEL) continue;
+        if (st->type != GR_KERNEL && st->type != GR_ALT) continue;
         ex_kernel *x = &e->kern[i - g->setup_end];
+        if (st->type == GR_ALT) {
+            x->end = ex_alt_end(g, i);
+            x->fused = rs_implements(e->ops, st->k.slot);
+            x->mode = RS_SKIP;
+            if (!x->fused) continue; /* the composition runs */
+        }
         rs_mode mode = RS_CHECKED;
         s = rs_resolve_kernel(&e->host, ex_lookup, e, &st->k, x->v, &mode, msg, sizeof msg);
         if (s != EM_OK) {
@@ -342,9 +369,12 @@ static em_status ex_step(em_exec *e) {
     for (uint64_t i = g->setup_end; i < g->nsteps; i++) {
         const gr_step *st = &g->steps[i];
         em_status s = EM_OK;
-        if (st->type == GR_KERNEL) {
+        if (st->type == GR_KERNEL || st->type == GR_ALT) {
             ex_kernel *x = &e->kern[i - g->setup_end];
-            if (x->mode == RS_SKIP) continue;
+            if (x->mode == RS_SKIP) {
+                if (x->fused) i = x->end; /* nothing to compute: neither form runs */
+                continue;
+            }
             if (x->mode == RS_DIRECT) {
                 for (int v = 0; x->inmask >> v; v++)
                     if (x->inmask >> v & 1u) x->v[v].buf = e->mem[st->k.views[v].id - 1];
@@ -352,6 +382,11 @@ static em_status ex_step(em_exec *e) {
             } else {
                 s = rs_exec_kernel(&e->host, ex_lookup, e, &st->k, msg, sizeof msg);
             }
+            if (st->type == GR_ALT && s == EM_OK) {
+                i = x->end; /* the fused call ran: its composition does not */
+                continue;
+            }
+            if (st->type == GR_ALT && s == EM_ERR_UNSUPPORTED) continue; /* the composition */
             if (s != EM_OK)
                 return emi_fail(s, "%s: step %llu: %s", fn, (unsigned long long)i, msg);
         } else if (st->type == GR_WRITE) {

@@ -29,6 +29,10 @@ typedef enum gr_step_type {
     GR_FREE,      /* buffer `buf` is freed */
     GR_WRITE,     /* blob `blob` (len bytes) is written into buffer `buf` at `offset` */
     GR_KERNEL,    /* the kernel call k */
+    GR_ALT,       /* a fused kernel call k (a normalization slot) and, up to the next GR_ALT_END,
+                   * its composition from basic calls: a device with the slot runs k and skips
+                   * the composition's calls, another runs them (never nested) */
+    GR_ALT_END,   /* the end of the composition that the last GR_ALT began */
 } gr_step_type;
 
 typedef struct gr_step {
@@ -71,6 +75,7 @@ struct em_graph {
     uint64_t nsteps, capsteps;
     uint64_t setup_end;    /* steps [0, setup_end) are the setup */
     bool in_step;          /* an input was declared: recording the step */
+    bool in_alt;           /* between a GR_ALT and its GR_ALT_END */
     gr_blob *blobs;
     uint32_t nblobs, capblobs;
     gr_named *inputs, *outputs, *states;
@@ -91,6 +96,13 @@ void gr_rec_free(gr_cbuf *b);
 em_status gr_rec_write(gr_cbuf *b, size_t offset, const void *src, size_t bytes);
 em_status gr_rec_kernel(rw_slot slot, int sub, const em_view *const views[RW_MAX_VIEWS],
                         const int64_t *ints, const double *doubles);
+/** Records the call a device with a fused slot makes (a GR_ALT step) before the core records
+ *  its composition from basic slots, which gr_rec_alt_end closes (src/ops/norm.c). */
+em_status gr_rec_alt_begin(rw_slot slot, int sub, const em_view *const views[RW_MAX_VIEWS],
+                           const int64_t *ints, const double *doubles);
+void gr_rec_alt_end(void);
+/** Bit i: view i of a call of this slot is written by it. */
+unsigned gr_outputs_of(rw_slot slot);
 /** In use and peak bytes of the open capture's buffers (0 when none). */
 void gr_rec_memory(size_t *in_use, size_t *peak);
 

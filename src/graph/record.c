@@ -84,18 +84,18 @@ bool gr_name_ok(const char *name) {
 }
 
 int64_t gr_view_end(const rw_view *v) {
-    int64_t hi = v->offset, lo = v->offset;
+    int64_t hi = v->offset, lo = v->offset, bytes;
+    const int64_t es = (int64_t)em_dtype_size(v->dtype);
     for (int d = 0; d < v->rank; d++) {
-        if (v->shape[d] == 0) return v->offset; /* empty: reaches nothing */
+        if (v->shape[d] == 0) /* empty: reaches nothing past its offset */
+            return v->offset >= 0 && !__builtin_mul_overflow(v->offset, es, &bytes) ? bytes : -1;
         int64_t e;
         if (__builtin_mul_overflow(v->shape[d] - 1, v->strides[d], &e)) return -1;
         if (e < 0 ? __builtin_add_overflow(lo, e, &lo) : __builtin_add_overflow(hi, e, &hi))
             return -1;
     }
     if (lo < 0) return -1;
-    int64_t bytes;
-    if (__builtin_add_overflow(hi, 1, &hi) ||
-        __builtin_mul_overflow(hi, (int64_t)em_dtype_size(v->dtype), &bytes))
+    if (__builtin_add_overflow(hi, 1, &hi) || __builtin_mul_overflow(hi, es, &bytes))
         return -1;
     return bytes;
 }
@@ -229,20 +229,23 @@ em_status gr_rec_write(gr_cbuf *b, size_t offset, const void *src, size_t bytes)
     return s;
 }
 
-/* Bit i: view i of the slot is written by the kernel. */
-static unsigned gr_outputs_of(rw_slot slot) {
+unsigned gr_outputs_of(rw_slot slot) {
     switch (slot) {
-    case RW_K_SORT: case RW_K_MAX_POOL2D: case RW_K_CUMULATIVE: return 3u;
-    default: return 1u;
+    case RW_K_SORT: case RW_K_MAX_POOL2D: case RW_K_CUMULATIVE: case RW_K_RMS_NORM: return 0x3u;
+    case RW_K_BATCH_NORM: return 0xC7u; /* out, the saved statistics, the running ones */
+    case RW_K_BATCH_NORM_BACKWARD: case RW_K_GROUP_NORM: return 0x7u;
+    default: return 0x1u;
     }
 }
 
-em_status gr_rec_kernel(rw_slot slot, int sub, const em_view *const views[RW_MAX_VIEWS],
-                        const int64_t *ints, const double *doubles) {
+/* Appends a call (GR_KERNEL or GR_ALT) to the open graph. */
+static em_status gr_rec_call(uint8_t type, rw_slot slot, int sub,
+                             const em_view *const views[RW_MAX_VIEWS], const int64_t *ints,
+                             const double *doubles) {
     const rw_slot_info *si = &rw_slots[slot];
     gr_step st;
     memset(&st, 0, sizeof st);
-    st.type = GR_KERNEL;
+    st.type = type;
     st.k.slot = slot;
     st.k.sub = sub;
     for (int i = 0; i < si->nints; i++) st.k.ints[i] = ints[i];
@@ -251,6 +254,8 @@ em_status gr_rec_kernel(rw_slot slot, int sub, const em_view *const views[RW_MAX
     em_status s = EM_OK;
     em_graph *g = gr_active;
     if (!g) s = gr_closed();
+    else if (type == GR_ALT && g->in_alt)
+        s = gr_fail_locked(g, EM_ERR_STATE, "a fused call inside another's composition");
     for (int i = 0; i < si->nviews && s == EM_OK; i++) {
         if (!views[i]) continue;
         const gr_cbuf *b = views[i]->buf;
@@ -261,7 +266,10 @@ em_status gr_rec_kernel(rw_slot slot, int sub, const em_view *const views[RW_MAX
     if (s == EM_OK) {
         if (!gr_push_step(g, &st)) {
             s = gr_fail_locked(g, EM_ERR_NOMEM, "out of memory recording a kernel call");
-        } else if (g->in_step) {
+        } else if (type == GR_ALT) {
+            g->in_alt = true;
+        }
+        if (s == EM_OK && g->in_step) {
             const unsigned outs = gr_outputs_of(slot);
             for (int i = 0; i < si->nviews; i++)
                 if ((outs >> i & 1u) && (st.k.mask >> i & 1u))
@@ -270,6 +278,29 @@ em_status gr_rec_kernel(rw_slot slot, int sub, const em_view *const views[RW_MAX
     }
     pthread_mutex_unlock(&gr_lock);
     return s;
+}
+
+em_status gr_rec_kernel(rw_slot slot, int sub, const em_view *const views[RW_MAX_VIEWS],
+                        const int64_t *ints, const double *doubles) {
+    return gr_rec_call(GR_KERNEL, slot, sub, views, ints, doubles);
+}
+
+em_status gr_rec_alt_begin(rw_slot slot, int sub, const em_view *const views[RW_MAX_VIEWS],
+                           const int64_t *ints, const double *doubles) {
+    return gr_rec_call(GR_ALT, slot, sub, views, ints, doubles);
+}
+
+void gr_rec_alt_end(void) {
+    pthread_mutex_lock(&gr_lock);
+    em_graph *g = gr_active;
+    if (g && g->in_alt) {
+        gr_step st;
+        memset(&st, 0, sizeof st);
+        st.type = GR_ALT_END;
+        if (!gr_push_step(g, &st)) gr_fail_locked(g, EM_ERR_NOMEM, "out of memory recording a call");
+        g->in_alt = false;
+    }
+    pthread_mutex_unlock(&gr_lock);
 }
 
 void gr_rec_memory(size_t *in_use, size_t *peak) {

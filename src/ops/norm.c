@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "autodiff/rules/rules.h"
+#include "graph/graph_internal.h"
 
 /* Evaluates a status expression into `s` and jumps to `done` when it fails. */
 #define NM_TRY(expr)                                                                         \
@@ -106,6 +107,12 @@ static em_status nm_bc(const em_tensor *t, int64_t C, em_tensor **out) {
     const int64_t sh[3] = {1, C, 1};
     return em_reshape(t, sh, 3, out);
 }
+
+/* On the capture device the slots above are NULL, so the ops are recorded composed; the call
+ * a device with the slot makes is recorded first (gr_rec_alt_begin), so that a replay on such
+ * a device runs that kernel, as its eager run does, and any other device the composition. */
+static bool nm_captured(const em_backend_ops *ops) { return ops->id == EM_BACKEND_CAPTURE; }
+#define NM_VIEWS(...) ((const em_view *const[RW_MAX_VIEWS]){__VA_ARGS__})
 
 /* ---- batch_norm ---- */
 
@@ -225,17 +232,29 @@ static em_status bn_run(const char *fn, const em_tensor *x, em_tensor *rm, em_te
     NM_TRY(nm_contiguous(fn, rv, &rvc, &trv));
     NM_TRY(nm_contiguous(fn, w, &wc, &tw));
     NM_TRY(nm_contiguous(fn, b, &bc, &tb));
-    if (ops->batch_norm) {
+    const bool cap = nm_captured(ops);
+    if (ops->batch_norm || cap) {
         const em_view ov = nm_flat(o, 3, N, C, S), xv = nm_flat(xc, 3, N, C, S);
         em_view wv, bv, rmv, rvv;
         if (wc) wv = nm_flat(wc, 1, C, 0, 0);
         if (bc) bv = nm_flat(bc, 1, C, 0, 0);
         if (rmc) rmv = nm_flat(rmc, 1, C, 0, 0);
         if (rvc) rvv = nm_flat(rvc, 1, C, 0, 0);
-        NM_TRY(ops->batch_norm(x->st->ctx, &ov, &sm->v, &si->v, &xv, wc ? &wv : NULL,
-                               bc ? &bv : NULL, rmc ? &rmv : NULL, rvc ? &rvv : NULL, training,
-                               momentum, eps));
-    } else {
+        if (cap) {
+            const int64_t ti = training;
+            const double d[2] = {momentum, eps};
+            NM_TRY(gr_rec_alt_begin(RW_K_BATCH_NORM, 0,
+                                    NM_VIEWS(&ov, &sm->v, &si->v, &xv, wc ? &wv : NULL,
+                                             bc ? &bv : NULL, rmc ? &rmv : NULL,
+                                             rvc ? &rvv : NULL),
+                                    &ti, d));
+        } else {
+            NM_TRY(ops->batch_norm(x->st->ctx, &ov, &sm->v, &si->v, &xv, wc ? &wv : NULL,
+                                   bc ? &bv : NULL, rmc ? &rmv : NULL, rvc ? &rvv : NULL,
+                                   training, momentum, eps));
+        }
+    }
+    if (!ops->batch_norm) {
         const int64_t sh[3] = {N, C, S};
         NM_TRY(nm_view(xc, sh, 3, &x3));
         NM_TRY(nm_view(o, sh, 3, &o3));
@@ -243,7 +262,9 @@ static em_status bn_run(const char *fn, const em_tensor *x, em_tensor *rm, em_te
         NM_TRY(nm_plain(bc, &pb));
         NM_TRY(nm_plain(rmc, &prm));
         NM_TRY(nm_plain(rvc, &prv));
-        NM_TRY(bn_compose(x3, prm, prv, pw, pb, training, momentum, eps, o3, sm, si));
+        s = bn_compose(x3, prm, prv, pw, pb, training, momentum, eps, o3, sm, si);
+        if (cap) gr_rec_alt_end();
+        if (s != EM_OK) goto done;
     }
     /* running statistics that were strided: copied back */
     if (training && trm) NM_TRY(emi_copy_into(fn, rm, trm));
@@ -416,7 +437,8 @@ em_status emi_batch_norm_backward(const em_tensor *gy, const em_tensor *x, const
     NM_TRY(nm_contiguous(fn, gy, &gc, &tg));
     NM_TRY(nm_contiguous(fn, x, &xc, &tx));
     const em_backend_ops *ops = x->st->ops;
-    if (ops->batch_norm_backward) {
+    const bool cap = nm_captured(ops);
+    if (ops->batch_norm_backward || cap) {
         NM_TRY(nm_contiguous(fn, mean, &mc, &tm));
         NM_TRY(nm_contiguous(fn, invstd, &ic, &ti));
         NM_TRY(nm_contiguous(fn, weight, &wc, &tw));
@@ -427,15 +449,27 @@ em_status emi_batch_norm_backward(const em_tensor *gy, const em_tensor *x, const
         if (ogw) gwv = nm_flat(ogw, 1, C, 0, 0);
         if (ogb) gbv = nm_flat(ogb, 1, C, 0, 0);
         if (wc) wv = nm_flat(wc, 1, C, 0, 0);
-        NM_TRY(ops->batch_norm_backward(x->st->ctx, ogx ? &gxv : NULL, ogw ? &gwv : NULL,
-                                        ogb ? &gbv : NULL, &gyv, &xv, &mv, &iv,
-                                        wc ? &wv : NULL, training));
-    } else {
+        if (cap) {
+            const int64_t tr = training;
+            NM_TRY(gr_rec_alt_begin(RW_K_BATCH_NORM_BACKWARD, 0,
+                                    NM_VIEWS(ogx ? &gxv : NULL, ogw ? &gwv : NULL,
+                                             ogb ? &gbv : NULL, &gyv, &xv, &mv, &iv,
+                                             wc ? &wv : NULL),
+                                    &tr, NULL));
+        } else {
+            NM_TRY(ops->batch_norm_backward(x->st->ctx, ogx ? &gxv : NULL, ogw ? &gwv : NULL,
+                                            ogb ? &gbv : NULL, &gyv, &xv, &mv, &iv,
+                                            wc ? &wv : NULL, training));
+        }
+    }
+    if (!ops->batch_norm_backward) {
         const int64_t sh[3] = {N, C, S};
         NM_TRY(nm_view(gc, sh, 3, &g3));
         NM_TRY(nm_view(xc, sh, 3, &x3));
         if (ogx) NM_TRY(nm_view(ogx, sh, 3, &gx3));
-        NM_TRY(bn_bw_compose(g3, x3, mean, invstd, weight, training, gx3, ogw, ogb));
+        s = bn_bw_compose(g3, x3, mean, invstd, weight, training, gx3, ogw, ogb);
+        if (cap) gr_rec_alt_end();
+        if (s != EM_OK) goto done;
     }
 done:
     em_tensor_release(tg);
@@ -561,19 +595,29 @@ em_status em_group_norm(const em_tensor *x, int64_t num_groups, const em_tensor 
         NM_TRY(nm_contiguous(fn, x, &xc, &tx));
         NM_TRY(nm_contiguous(fn, weight, &wc, &tw));
         NM_TRY(nm_contiguous(fn, bias, &bc, &tb));
-        if (ops->group_norm) {
+        const bool cap = nm_captured(ops);
+        if (ops->group_norm || cap) {
             const em_view ov = nm_flat(o, 3, N, C, S), xv = nm_flat(xc, 3, N, C, S);
             em_view wv, bv;
             if (wc) wv = nm_flat(wc, 1, C, 0, 0);
             if (bc) bv = nm_flat(bc, 1, C, 0, 0);
-            NM_TRY(ops->group_norm(x->st->ctx, &ov, &sm->v, &si->v, &xv, wc ? &wv : NULL,
-                                   bc ? &bv : NULL, num_groups, eps));
-        } else {
+            if (cap)
+                NM_TRY(gr_rec_alt_begin(RW_K_GROUP_NORM, 0,
+                                        NM_VIEWS(&ov, &sm->v, &si->v, &xv, wc ? &wv : NULL,
+                                                 bc ? &bv : NULL, NULL, NULL),
+                                        &num_groups, &eps));
+            else
+                NM_TRY(ops->group_norm(x->st->ctx, &ov, &sm->v, &si->v, &xv, wc ? &wv : NULL,
+                                       bc ? &bv : NULL, num_groups, eps));
+        }
+        if (!ops->group_norm) {
             NM_TRY(nm_view(xc, sh, 3, &x3));
             NM_TRY(nm_view(o, sh, 3, &o3));
             NM_TRY(nm_plain(wc, &pw));
             NM_TRY(nm_plain(bc, &pb));
-            NM_TRY(gn_compose(x3, num_groups, pw, pb, eps, o3, sm, si));
+            s = gn_compose(x3, num_groups, pw, pb, eps, o3, sm, si);
+            if (cap) gr_rec_alt_end();
+            if (s != EM_OK) goto done;
         }
     }
     ins[3] = sm;
@@ -678,16 +722,26 @@ em_status em_rms_norm(const em_tensor *x, int normalized_ndim, const em_tensor *
         NM_TRY(emi_empty(fn, nm_inner(x->dev), x->v.dtype, &rows, 1, &si));
         NM_TRY(nm_contiguous(fn, x, &xc, &tx));
         NM_TRY(nm_contiguous(fn, weight, &wc, &tw));
-        if (ops->rms_norm) {
+        const bool cap = nm_captured(ops);
+        if (ops->rms_norm || cap) {
             const em_view ov = nm_flat(o, 2, rows, cols, 0), xv = nm_flat(xc, 2, rows, cols, 0);
             em_view wv;
             if (wc) wv = nm_flat(wc, 1, cols, 0, 0);
-            NM_TRY(ops->rms_norm(x->st->ctx, &ov, &si->v, &xv, wc ? &wv : NULL, cols, eps));
-        } else {
+            if (cap)
+                NM_TRY(gr_rec_alt_begin(RW_K_RMS_NORM, 0,
+                                        NM_VIEWS(&ov, &si->v, &xv, wc ? &wv : NULL, NULL, NULL,
+                                                 NULL, NULL),
+                                        &cols, &eps));
+            else
+                NM_TRY(ops->rms_norm(x->st->ctx, &ov, &si->v, &xv, wc ? &wv : NULL, cols, eps));
+        }
+        if (!ops->rms_norm) {
             NM_TRY(nm_view(xc, sh, 2, &x2));
             NM_TRY(nm_view(o, sh, 2, &o2));
             NM_TRY(nm_plain(wc, &pw));
-            NM_TRY(rms_compose(x2, pw, eps, o2, si));
+            s = rms_compose(x2, pw, eps, o2, si);
+            if (cap) gr_rec_alt_end();
+            if (s != EM_OK) goto done;
         }
     }
     ins[2] = si;

@@ -7,6 +7,7 @@
  * values the kernels rely on for memory safety must hold (the checks the client's core made,
  * made again). A failure is reported to the client at its next read or sync.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -123,6 +124,14 @@ static const rs_rule rs_rules[RW_K_COUNT] = {
                          {D_REF, D_REF, D_REF, D_REF}, 1, 0, false, false, true},
     [RW_K_CUMULATIVE] = {{O, O, I}, {K_ANY, K_ANY, K_ANY}, {D_REF, D_I64, D_REF}, 2, 2, false,
                          false, false},
+#define F8 {K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT}
+#define R8 {D_REF, D_REF, D_REF, D_REF, D_REF, D_REF, D_REF, D_REF}
+    [RW_K_BATCH_NORM] = {{O, O, O, I, I, I, V_INOUT, V_INOUT}, F8, R8, 3, 0, false, false, true},
+    [RW_K_BATCH_NORM_BACKWARD] = {{O, O, O, I, I, I, I, I}, F8, R8, 4, 3, false, false, true},
+    [RW_K_GROUP_NORM] = {{O, O, O, I, I, I}, F8, R8, 3, 0, false, false, true},
+    [RW_K_RMS_NORM] = {{O, O, I, I}, F8, R8, 2, 0, false, false, true},
+#undef F8
+#undef R8
 };
 #undef O
 #undef I
@@ -483,6 +492,69 @@ static em_status rs_pool_shapes(rs_ctx *c, const em_view *y, const em_view *x,
 }
 
 /* The shape and dtype relations the kernels rely on. v[i] NULL when absent. */
+/* The normalization slots (include/ember/backend.h's contracts): x as [N, C, S] (batch and
+ * group norm) or [rows, n] (rms norm), outputs of its shape, per-channel and per-row views of
+ * theirs, finite scalars. */
+static bool rs_is_vec(const em_view *v, int64_t n) {
+    return !v || (v->rank == 1 && v->shape[0] == n);
+}
+
+static em_status rs_check_norm(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS]) {
+    const int64_t *I = k->ints;
+    const double *D = k->doubles;
+    for (int i = 0; i < rw_slots[k->slot].ndoubles; i++)
+        if (!isfinite(D[i]) || D[i] < 0)
+            return rs_bad(c, EM_ERR_ARG, "its scalars must be finite and >= 0");
+    switch (k->slot) {
+    case RW_K_BATCH_NORM: case RW_K_BATCH_NORM_BACKWARD: case RW_K_GROUP_NORM: {
+        const int xi = k->slot == RW_K_BATCH_NORM_BACKWARD ? 4 : 3;
+        const em_view *x = v[xi];
+        if (x->rank != 3) return rs_bad(c, EM_ERR_SHAPE, "x must be [N, C, S]");
+        const int64_t N = x->shape[0], C = x->shape[1], S = x->shape[2];
+        if (k->slot == RW_K_BATCH_NORM_BACKWARD) {
+            if (!rs_same_shape(v[3], x) || (v[0] && !rs_same_shape(v[0], x)))
+                return rs_bad(c, EM_ERR_SHAPE, "gy and gx must have x's shape");
+            for (int i = 1; i < 8; i++)
+                if (i != 3 && i != 4 && !rs_is_vec(v[i], C))
+                    return rs_bad(c, EM_ERR_SHAPE, "view %d must be [%lld]", i, (long long)C);
+            return EM_OK;
+        }
+        if (!rs_same_shape(v[0], x)) return rs_bad(c, EM_ERR_SHAPE, "out must have x's shape");
+        for (int i = 4; i < rw_slots[k->slot].nviews; i++)
+            if (!rs_is_vec(v[i], C))
+                return rs_bad(c, EM_ERR_SHAPE, "view %d must be [%lld]", i, (long long)C);
+        if (k->slot == RW_K_GROUP_NORM) {
+            const int64_t G = I[0];
+            if (G < 1 || C % G != 0)
+                return rs_bad(c, EM_ERR_ARG, "%lld groups do not divide %lld channels",
+                              (long long)G, (long long)C);
+            for (int i = 1; i < 3; i++)
+                if (v[i] && (v[i]->rank != 2 || v[i]->shape[0] != N || v[i]->shape[1] != G))
+                    return rs_bad(c, EM_ERR_SHAPE, "view %d must be [N, groups]", i);
+            return EM_OK;
+        }
+        for (int i = 1; i < 3; i++)
+            if (!rs_is_vec(v[i], C))
+                return rs_bad(c, EM_ERR_SHAPE, "view %d must be [%lld]", i, (long long)C);
+        if (!v[6] != !v[7])
+            return rs_bad(c, EM_ERR_ARG, "running_mean and running_var: both or neither");
+        if (I[0] == 0 && !v[6]) return rs_bad(c, EM_ERR_ARG, "eval needs the running statistics");
+        if (I[0] != 0 && N * S < 2) return rs_bad(c, EM_ERR_ARG, "training needs N * S >= 2");
+        return EM_OK;
+    }
+    case RW_K_RMS_NORM: {
+        const em_view *x = v[2];
+        if (x->rank != 2 || x->shape[1] != I[0] || I[0] < 1 || !rs_same_shape(v[0], x))
+            return rs_bad(c, EM_ERR_SHAPE, "x and out must be [rows, %lld]", (long long)I[0]);
+        if (!rs_is_vec(v[1], x->shape[0]) || !rs_is_vec(v[3], I[0]))
+            return rs_bad(c, EM_ERR_SHAPE, "save_invrms must be [rows], weight [%lld]",
+                          (long long)I[0]);
+        return EM_OK;
+    }
+    default: return rs_bad(c, EM_ERR_ARG, "unknown slot");
+    }
+}
+
 static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS]) {
     const int64_t *I = k->ints;
     switch (k->slot) {
@@ -614,6 +686,9 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
                 return rs_bad(c, EM_ERR_SHAPE, "weight and bias must be [%lld]", (long long)n);
         return EM_OK;
     }
+    case RW_K_BATCH_NORM: case RW_K_BATCH_NORM_BACKWARD: case RW_K_GROUP_NORM:
+    case RW_K_RMS_NORM:
+        return rs_check_norm(c, k, v);
     case RW_K_COUNT: break;
     }
     return rs_bad(c, EM_ERR_ARG, "unknown slot");
@@ -662,6 +737,14 @@ static em_status rs_call(const rs_host *h, const rw_kernel *k, em_view *v[RW_MAX
     case RW_K_AVG_POOL2D_BACKWARD: return o->avg_pool2d_backward(x, v[0], v[1], &pa);
     case RW_K_ADAPTIVE_AVG_POOL2D_BACKWARD: return o->adaptive_avg_pool2d_backward(x, v[0], v[1]);
     case RW_K_LAYER_NORM: return o->layer_norm(x, v[0], v[1], v[2], v[3], I[0], D[0]);
+    case RW_K_BATCH_NORM:
+        return o->batch_norm(x, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], I[0] != 0, D[0],
+                             D[1]);
+    case RW_K_BATCH_NORM_BACKWARD:
+        return o->batch_norm_backward(x, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7],
+                                      I[0] != 0);
+    case RW_K_GROUP_NORM: return o->group_norm(x, v[0], v[1], v[2], v[3], v[4], v[5], I[0], D[0]);
+    case RW_K_RMS_NORM: return o->rms_norm(x, v[0], v[1], v[2], v[3], I[0], D[0]);
     case RW_K_CUMULATIVE:
         return o->cumulative(x, (em_cum_op)k->sub, v[0], v[1], v[2], (int)I[0]);
     case RW_K_COUNT: break;
@@ -681,14 +764,17 @@ static bool rs_has(const em_backend_ops *o, rw_slot s) {
         (const void *)o->max_pool2d, (const void *)o->avg_pool2d,
         (const void *)o->adaptive_avg_pool2d, (const void *)o->conv2d_weight_grad,
         (const void *)o->avg_pool2d_backward, (const void *)o->adaptive_avg_pool2d_backward,
-        (const void *)o->layer_norm, (const void *)o->cumulative};
+        (const void *)o->layer_norm, (const void *)o->cumulative, (const void *)o->batch_norm,
+        (const void *)o->batch_norm_backward, (const void *)o->group_norm,
+        (const void *)o->rms_norm};
     return p[s] != NULL;
 }
 
-uint32_t rs_slot_mask(const em_backend_ops *o);
+bool rs_implements(const em_backend_ops *o, rw_slot s) { return (unsigned)s < RW_K_COUNT && rs_has(o, s); }
+
 uint32_t rs_slot_mask(const em_backend_ops *o) {
     uint32_t m = 0;
-    for (int s = 0; s < RW_K_COUNT; s++)
+    for (int s = 0; s < RW_K_REMOTE_COUNT; s++)
         if (rs_has(o, (rw_slot)s)) m |= 1u << s;
     return m;
 }

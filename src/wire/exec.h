@@ -44,7 +44,9 @@ em_status rs_resolve_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn,
 em_status rs_run_resolved(const rs_host *h, const rw_kernel *k, em_view views[RW_MAX_VIEWS],
                           char *msg, size_t cap);
 
-/** Bit i set: the device implements kernel slot i. */
+/** True when the device implements slot s. */
+bool rs_implements(const em_backend_ops *o, rw_slot s);
+/** Bit i set: the device implements kernel slot i (the remote protocol's slots). */
 uint32_t rs_slot_mask(const em_backend_ops *o);
 
 #endif /* EMBER_WIRE_EXEC_H */

@@ -33,6 +33,15 @@ const rw_slot_info rw_slots[RW_K_COUNT] = {
     [RW_K_ADAPTIVE_AVG_POOL2D_BACKWARD] = {"adaptive_avg_pool2d_backward", 2, 0, 0, 0, 0},
     [RW_K_LAYER_NORM] = {"layer_norm", 4, 0xC, 1, 1, 0}, /* out x weight? bias?; n; eps */
     [RW_K_CUMULATIVE] = {"cumulative", 3, 0x2, 1, 0, EM_CUM_COUNT}, /* values indices? in; dim */
+    /* out save_mean? save_invstd? x weight? bias? running_mean? running_var?; training;
+     * momentum eps */
+    [RW_K_BATCH_NORM] = {"batch_norm", 8, 0xF6, 1, 2, 0},
+    /* gx? gweight? gbias? gy x mean invstd weight?; training */
+    [RW_K_BATCH_NORM_BACKWARD] = {"batch_norm_backward", 8, 0x87, 1, 0, 0},
+    /* out save_mean? save_invstd? x weight? bias?; groups; eps */
+    [RW_K_GROUP_NORM] = {"group_norm", 6, 0x36, 1, 1, 0},
+    /* out save_invrms? x weight?; norm_numel; eps */
+    [RW_K_RMS_NORM] = {"rms_norm", 4, 0xA, 1, 1, 0},
 };
 
 /* ---- writer ---- */

@@ -59,8 +59,14 @@ typedef enum rw_slot {
     RW_K_CONV2D_WEIGHT_GRAD, RW_K_AVG_POOL2D_BACKWARD, RW_K_ADAPTIVE_AVG_POOL2D_BACKWARD,
     RW_K_LAYER_NORM,
     RW_K_CUMULATIVE, /* cumprod / cummax / cummin (em_cum_op) */
+    /* the normalization slots (ABI 3): captured graphs only, never on the remote protocol
+     * (its client leaves them NULL, so its core composes them; a server refuses them) */
+    RW_K_BATCH_NORM, RW_K_BATCH_NORM_BACKWARD, RW_K_GROUP_NORM, RW_K_RMS_NORM,
     RW_K_COUNT
 } rw_slot;
+
+/** The slots the remote protocol carries: those before RW_K_BATCH_NORM. */
+#define RW_K_REMOTE_COUNT RW_K_BATCH_NORM
 
 /** The fixed shape of a kernel message for one slot. */
 typedef struct rw_slot_info {
@@ -75,7 +81,7 @@ typedef struct rw_slot_info {
 /** The table of slot shapes (RW_K_COUNT entries). */
 extern const rw_slot_info rw_slots[RW_K_COUNT];
 
-#define RW_MAX_VIEWS 4
+#define RW_MAX_VIEWS 8
 #define RW_MAX_INTS 10
 #define RW_MAX_DOUBLES 3
 

@@ -2,7 +2,7 @@
  * gradcheck.c — checks the backward rule of every differentiable op of the conformance table
  * against central finite differences, on every device wrapped for autodiff.
  *
- *   gradcheck GOLDEN [--filter TEXT] [--device NAME] [--verbose]
+ *   gradcheck GOLDEN [--filter TEXT] [--device NAME] [--verbose] [--capture]
  *
  * It reads the cases of GOLDEN (tests/conformance/golden.txt) and calls the table's own
  * wrappers (tests/conformance/ops_*.c); there is no second table. For each case that succeeds
@@ -21,6 +21,10 @@
  *     1e-5, plus the rounding noise of the loss itself), be untracked f64 tensors of the
  *     leaf's shape on D, and be equal for both strategies.
  *
+ * With --capture (as ctest runs it), each strategy once more with the forward, the loss and
+ * the backward recorded on capture+autodiff (inputs as graph inputs, gradients as outputs) and
+ * replayed on D: the replayed gradients must pass the same check.
+ *
  * Skipped: cases that expect an error, cases with a NaN or infinite input or output, and,
  * element by element, inputs that sit within a step of a kink (relu at 0, ties of max or
  * sort, clamp bounds, jumps of remainder): such an element is recognized by its second
@@ -35,7 +39,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ember/graph.h"
 #include "golden.h"
+
+/* --capture: the backward of each case also captured and replayed (run_backward_captured) */
+static bool g_capture;
 
 /* ---- what is not checked ---- */
 
@@ -283,6 +291,107 @@ static double eval_loss(const golden_case *c, conf_fn fn, em_device dev, double 
 
 /* Runs c on the autodiff device ad, builds the loss with public ops, and reads the gradient
  * of every float leaf into ga[i] (zeros when it got none; *none[i] set). */
+/* L = sum_k sum(out_k * w_k) over the float outputs, on dev (outs tracked there); *loss gets
+ * a new reference. */
+static bool build_loss(em_tensor *const *outs, int nout, const run_out *r0, double *const *w,
+                       em_device dev, em_tensor **loss, char *msg, size_t cap) {
+    *loss = NULL;
+    for (int k = 0; k < nout; k++) {
+        if (!r0->isfloat[k]) continue;
+        if (!em_tensor_is_tracked(outs[k])) {
+            snprintf(msg, cap, "float output %d is not tracked (the op records nothing)", k);
+            return false;
+        }
+        em_tensor *wt = NULL, *prod = NULL, *sum = NULL, *acc = NULL;
+        em_status s = em_tensor_from_data(w[k], EM_F64, r0->shape[k], r0->rank[k], dev, &wt);
+        const char *what = "weights";
+        if (s == EM_OK) what = "mul", s = em_mul(outs[k], wt, &prod);
+        if (s == EM_OK) what = "sum", s = em_sum(prod, &sum);
+        if (s == EM_OK && *loss) what = "add", s = em_add(*loss, sum, &acc);
+        else if (s == EM_OK) acc = sum, sum = NULL;
+        em_tensor_release(wt);
+        em_tensor_release(prod);
+        em_tensor_release(sum);
+        if (s != EM_OK) {
+            snprintf(msg, cap, "building the loss (%s of output %d) failed: %s: %s", what, k,
+                     em_status_name(s), em_last_error());
+            return false;
+        }
+        em_tensor_release(*loss);
+        *loss = acc;
+    }
+    if (!*loss) {
+        snprintf(msg, cap, "no float output");
+        return false;
+    }
+    return true;
+}
+
+/* Reads gradient g of input i (NULL: none reached it) into ga[i], checking that it is an
+ * untracked f64 tensor of the input's shape on the inner device. */
+static bool take_grad(const golden_case *c, int i, const em_tensor *g, em_device inner,
+                      double **ga, bool *none, char *msg, size_t cap) {
+    const int64_t n = c->in[i].n;
+    none[i] = g == NULL;
+    if (!g) {
+        for (int64_t j = 0; j < n; j++) ga[i][j] = 0.0;
+        return true;
+    }
+    em_device gd = em_tensor_device(g);
+    if (em_tensor_dtype(g) != EM_F64 || em_tensor_rank(g) != c->in[i].rank ||
+        memcmp(em_tensor_shape(g), c->in[i].shape, sizeof(int64_t) * (size_t)c->in[i].rank)) {
+        snprintf(msg, cap, "the gradient of input %d has dtype %s, rank %d: not the input's", i,
+                 em_dtype_name(em_tensor_dtype(g)), em_tensor_rank(g));
+        return false;
+    }
+    if (em_tensor_is_tracked(g) || gd.autodiff || gd.backend != inner.backend ||
+        gd.index != inner.index) {
+        char nm[64];
+        em_device_name(gd, nm, sizeof nm);
+        snprintf(msg, cap, "the gradient of input %d is %s on %s, not untracked on the inner "
+                 "device", i, em_tensor_is_tracked(g) ? "tracked" : "untracked", nm);
+        return false;
+    }
+    double *v = NULL;
+    int64_t k = 0;
+    em_status s = read_f64(g, &v, &k);
+    if (s != EM_OK) {
+        snprintf(msg, cap, "reading the gradient of input %d failed: %s", i, em_last_error());
+        return false;
+    }
+    memcpy(ga[i], v, sizeof(double) * (size_t)k);
+    free(v);
+    return true;
+}
+
+/* The forward on ad (leaves and views built), the loss and em_backward: *grads. */
+static bool forward_backward(const golden_case *c, conf_fn fn, em_device ad, em_tensor **views,
+                             double *const *w, const run_out *r0, em_tensor **outs, int *nout,
+                             em_tensor **loss, em_grads **grads, char *msg, size_t cap) {
+    conf_params p = c->params;
+    p.dev = ad;
+    em_clear_error();
+    em_status s = fn(views, c->nin, &p, outs, nout);
+    if (*nout > CONF_MAX_IO) *nout = CONF_MAX_IO;
+    if (s != EM_OK) {
+        snprintf(msg, cap, "forward failed: %s: %s", em_status_name(s), em_last_error());
+        *nout = 0;
+        return false;
+    }
+    if (*nout != r0->n) {
+        snprintf(msg, cap, "forward gave %d outputs, %d untracked", *nout, r0->n);
+        return false;
+    }
+    if (!build_loss(outs, *nout, r0, w, ad, loss, msg, cap)) return false;
+    em_clear_error();
+    s = em_backward(*loss, grads);
+    if (s != EM_OK) {
+        snprintf(msg, cap, "em_backward failed: %s: %s", em_status_name(s), em_last_error());
+        return false;
+    }
+    return true;
+}
+
 static bool run_backward(const golden_case *c, conf_fn fn, em_device ad, em_device inner,
                          double *const *vals, double *const *w, const run_out *r0,
                          double **ga, bool *none, char *msg, size_t cap) {
@@ -291,101 +400,17 @@ static bool run_backward(const golden_case *c, conf_fn fn, em_device ad, em_devi
     em_tensor *loss = NULL;
     em_grads *grads = NULL;
     int nout = 0;
-    bool ok = build_inputs(c, vals, ad, true, leaves, views, msg, cap) == EM_OK;
-    if (ok) {
-        conf_params p = c->params;
-        p.dev = ad;
-        em_clear_error();
-        em_status s = fn(views, c->nin, &p, outs, &nout);
-        if (nout > CONF_MAX_IO) nout = CONF_MAX_IO;
-        if (s != EM_OK) {
-            snprintf(msg, cap, "forward failed: %s: %s", em_status_name(s), em_last_error());
-            ok = false;
-            nout = 0;
-        } else if (nout != r0->n) {
-            snprintf(msg, cap, "forward gave %d outputs, %d untracked", nout, r0->n);
-            ok = false;
-        }
-    }
-    for (int k = 0; ok && k < nout; k++) {
-        if (!r0->isfloat[k]) continue;
-        if (!em_tensor_is_tracked(outs[k])) {
-            snprintf(msg, cap, "float output %d is not tracked (the op records nothing)", k);
-            ok = false;
-            break;
-        }
-        em_tensor *wt = NULL, *prod = NULL, *sum = NULL, *acc = NULL;
-        em_status s = em_tensor_from_data(w[k], EM_F64, r0->shape[k], r0->rank[k], ad, &wt);
-        const char *what = "weights";
-        if (s == EM_OK) what = "mul", s = em_mul(outs[k], wt, &prod);
-        if (s == EM_OK) what = "sum", s = em_sum(prod, &sum);
-        if (s == EM_OK && loss) what = "add", s = em_add(loss, sum, &acc);
-        else if (s == EM_OK) acc = sum, sum = NULL;
-        if (s != EM_OK) {
-            snprintf(msg, cap, "building the loss (%s of output %d) failed: %s: %s", what, k,
-                     em_status_name(s), em_last_error());
-            ok = false;
-        } else {
-            em_tensor_release(loss);
-            loss = acc;
-        }
-        em_tensor_release(wt);
-        em_tensor_release(prod);
-        em_tensor_release(sum);
-    }
-    if (ok && !loss) {
-        snprintf(msg, cap, "no float output");
-        ok = false;
-    }
-    if (ok) {
-        em_clear_error();
-        em_status s = em_backward(loss, &grads);
-        if (s != EM_OK) {
-            snprintf(msg, cap, "em_backward failed: %s: %s", em_status_name(s), em_last_error());
-            ok = false;
-        }
-    }
+    bool ok = build_inputs(c, vals, ad, true, leaves, views, msg, cap) == EM_OK &&
+              forward_backward(c, fn, ad, views, w, r0, outs, &nout, &loss, &grads, msg, cap);
     for (int i = 0; ok && i < c->nin; i++) {
         if (!golden_is_float(c->in[i].dt)) continue;
         em_tensor *g = NULL;
-        em_status s = em_grads_get(grads, leaves[i], &g);
-        if (s != EM_OK) {
+        if (em_grads_get(grads, leaves[i], &g) != EM_OK) {
             snprintf(msg, cap, "em_grads_get of input %d failed: %s", i, em_last_error());
             ok = false;
             break;
         }
-        int64_t n = c->in[i].n;
-        none[i] = g == NULL;
-        if (!g) {
-            for (int64_t j = 0; j < n; j++) ga[i][j] = 0.0;
-            continue;
-        }
-        em_device gd = em_tensor_device(g);
-        if (em_tensor_dtype(g) != EM_F64 || em_tensor_rank(g) != c->in[i].rank ||
-            memcmp(em_tensor_shape(g), c->in[i].shape, sizeof(int64_t) * (size_t)c->in[i].rank)) {
-            snprintf(msg, cap, "the gradient of input %d has dtype %s, rank %d: not the input's",
-                     i, em_dtype_name(em_tensor_dtype(g)), em_tensor_rank(g));
-            ok = false;
-        } else if (em_tensor_is_tracked(g) || gd.autodiff || gd.backend != inner.backend ||
-                   gd.index != inner.index) {
-            char nm[64];
-            em_device_name(gd, nm, sizeof nm);
-            snprintf(msg, cap, "the gradient of input %d is %s on %s, not untracked on the "
-                     "inner device", i, em_tensor_is_tracked(g) ? "tracked" : "untracked", nm);
-            ok = false;
-        } else {
-            double *v = NULL;
-            int64_t k = 0;
-            s = read_f64(g, &v, &k);
-            if (s != EM_OK) {
-                snprintf(msg, cap, "reading the gradient of input %d failed: %s", i,
-                         em_last_error());
-                ok = false;
-            } else {
-                memcpy(ga[i], v, sizeof(double) * (size_t)k);
-                free(v);
-            }
-        }
+        ok = take_grad(c, i, g, inner, ga, none, msg, cap);
         em_tensor_release(g);
     }
     em_grads_release(grads);
@@ -393,6 +418,75 @@ static bool run_backward(const golden_case *c, conf_fn fn, em_device ad, em_devi
     release_all(outs, nout);
     release_all(views, c->nin);
     release_all(leaves, c->nin);
+    return ok;
+}
+
+/* --capture: the same forward, loss and backward recorded on capture+autodiff (ad's
+ * checkpointing), the inputs graph inputs and the gradients graph outputs, then replayed on
+ * inner from the values vals. */
+static bool run_backward_captured(const golden_case *c, conf_fn fn, em_device ad,
+                                  em_device inner, double *const *vals, double *const *w,
+                                  const run_out *r0, double **ga, bool *none, char *msg,
+                                  size_t cap) {
+    em_device capd = {EM_BACKEND_CAPTURE, 0, false, EM_CKPT_NONE};
+    em_tensor *leaves[CONF_MAX_IO] = {0}, *views[CONF_MAX_IO] = {0}, *outs[CONF_MAX_IO] = {0};
+    em_tensor *loss = NULL, *ins[CONF_MAX_IO] = {0}, *gouts[CONF_MAX_IO] = {0};
+    em_grads *grads = NULL;
+    em_graph *g = NULL;
+    int nout = 0, ng = 0, of[CONF_MAX_IO]; /* of[i]: input i's gradient output, or -1 */
+    bool ok = em_device_autodiff(capd, ad.checkpointing, &capd) == EM_OK &&
+              em_graph_begin(&g) == EM_OK;
+    if (!ok) snprintf(msg, cap, "opening the capture: %s", em_last_error());
+    for (int i = 0; ok && i < c->nin; i++) {
+        const bool fl = golden_is_float(c->in[i].dt);
+        char nm[16];
+        snprintf(nm, sizeof nm, "in%d", i);
+        em_status s = em_graph_input(g, nm, fl ? EM_F64 : c->in[i].dt, c->in[i].shape,
+                                     c->in[i].rank, capd, &leaves[i]);
+        if (s == EM_OK && fl) s = em_tensor_require_grad(leaves[i]);
+        if (s == EM_OK) s = golden_view(&c->in[i], leaves[i], &views[i]);
+        if (s != EM_OK) {
+            snprintf(msg, cap, "capturing input %d: %s", i, em_last_error());
+            ok = false;
+        }
+    }
+    ok = ok && forward_backward(c, fn, capd, views, w, r0, outs, &nout, &loss, &grads, msg, cap);
+    for (int i = 0; ok && i < c->nin; i++) {
+        of[i] = -1;
+        if (!golden_is_float(c->in[i].dt)) continue;
+        em_tensor *gr = NULL;
+        char nm[16];
+        snprintf(nm, sizeof nm, "grad%d", i);
+        ok = em_grads_get(grads, leaves[i], &gr) == EM_OK &&
+             (!gr || em_graph_output(g, nm, gr) == EM_OK);
+        if (!ok) snprintf(msg, cap, "the gradient of input %d: %s", i, em_last_error());
+        if (gr) of[i] = ng++;
+        em_tensor_release(gr);
+    }
+    em_grads_release(grads);
+    em_tensor_release(loss);
+    release_all(outs, nout);
+    release_all(views, c->nin);
+    release_all(leaves, c->nin);
+    if (g && em_graph_end(g) != EM_OK && ok) {
+        snprintf(msg, cap, "em_graph_end: %s", em_last_error());
+        ok = false;
+    }
+    for (int i = 0; ok && i < c->nin; i++)
+        if (make_leaf(&c->in[i], vals[i], inner, false, &ins[i]) != EM_OK) {
+            snprintf(msg, cap, "building input %d failed: %s", i, em_last_error());
+            ok = false;
+        }
+    if (ok && em_graph_run(g, inner, (const em_tensor *const *)ins, c->nin, gouts, ng) != EM_OK) {
+        snprintf(msg, cap, "replay failed: %s", em_last_error());
+        ok = false;
+    }
+    for (int i = 0; ok && i < c->nin; i++)
+        if (golden_is_float(c->in[i].dt))
+            ok = take_grad(c, i, of[i] >= 0 ? gouts[of[i]] : NULL, inner, ga, none, msg, cap);
+    release_all(gouts, ng);
+    release_all(ins, c->nin);
+    em_graph_release(g);
     return ok;
 }
 
@@ -607,13 +701,21 @@ static void check_case(const golden_case *c, conf_fn fn, em_device dev, const ch
 
     /* 2. backward on each autodiff wrapping */
     bool first_ok = false; /* the first strategy's gradients, to compare the second's with */
-    for (int a = 0; a < nad; a++) {
-        if (!run_backward(c, fn, ads[a], dev, vals, w, &r0, ga[a], none[a], msg, sizeof msg)) {
-            fail_line(st, c, ad_names[a], msg);
+    /* with --capture, each strategy once more: its backward captured and replayed */
+    for (int vi = 0; vi < nad * (g_capture ? 2 : 1); vi++) {
+        const int a = vi % nad;
+        const bool captured = vi >= nad;
+        char vname[80];
+        snprintf(vname, sizeof vname, "%s%s", ad_names[a], captured ? ", captured" : "");
+        if (captured ? !run_backward_captured(c, fn, ads[a], dev, vals, w, &r0, ga[a], none[a],
+                                              msg, sizeof msg)
+                     : !run_backward(c, fn, ads[a], dev, vals, w, &r0, ga[a], none[a], msg,
+                                     sizeof msg)) {
+            fail_line(st, c, vname, msg);
             continue;
         }
-        if (a == 0) first_ok = true;
-        bool cmp = a == 1 && first_ok;
+        if (a == 0 && !captured) first_ok = true;
+        bool cmp = a == 1 && first_ok && !captured;
         long checked = 0, kinks = 0, bad = 0;
         char first[320] = "";
         for (int i = 0; i < c->nin; i++) {
@@ -647,15 +749,15 @@ static void check_case(const golden_case *c, conf_fn fn, em_device dev, const ch
         st->elements += checked;
         if (bad) {
             snprintf(msg, sizeof msg, "%s (%ld of %ld elements differ)", first, bad, checked);
-            fail_line(st, c, ad_names[a], msg);
+            fail_line(st, c, vname, msg);
         } else if (checked == 0 && kinks > 0) {
             st->skipped++;
             if (verbose)
-                printf("skip %s [%s]: every element sits on a kink\n", c->name, ad_names[a]);
+                printf("skip %s [%s]: every element sits on a kink\n", c->name, vname);
         } else {
             st->passed++;
             if (verbose)
-                printf("ok   %s [%s] (%ld elements, %ld on kinks)\n", c->name, ad_names[a],
+                printf("ok   %s [%s] (%ld elements, %ld on kinks)\n", c->name, vname,
                        checked, kinks);
         }
     }
@@ -717,10 +819,12 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
         else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) only_dev = argv[++i];
         else if (strcmp(argv[i], "--verbose") == 0) verbose = true;
+        else if (strcmp(argv[i], "--capture") == 0) g_capture = true;
         else path = argv[i];
     }
     if (!path) {
-        fprintf(stderr, "usage: gradcheck GOLDEN [--filter TEXT] [--device NAME] [--verbose]\n");
+        fprintf(stderr, "usage: gradcheck GOLDEN [--filter TEXT] [--device NAME] [--verbose] "
+                        "[--capture]\n");
         return 2;
     }
     FILE *f = fopen(path, "r");

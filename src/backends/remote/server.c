@@ -354,7 +354,9 @@ static bool rs_on_stats(rs_conn *c) {
 static bool rs_on_kernel(rs_conn *c, const uint8_t *body, size_t n) {
     rw_kernel k;
     char why[160];
-    if (!rw_decode_kernel(body, n, &k, why, sizeof why)) {
+    if (!rw_decode_kernel(body, n, &k, why, sizeof why) ||
+        (k.slot >= RW_K_REMOTE_COUNT &&
+         snprintf(why, sizeof why, "slot %s is not on the protocol", rw_slots[k.slot].name))) {
         RS_LOG(c->srv, "client %u: malformed kernel message (%s): closing", c->serial, why);
         return false;
     }
