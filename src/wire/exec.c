@@ -779,26 +779,39 @@ uint32_t rs_slot_mask(const em_backend_ops *o) {
     return m;
 }
 
+/* Rules 1 and 2 for k: the slot implemented, its views resolved into views[] (v[i] points at
+ * the present ones) and their dtypes checked; *r its rule; *empty when its primary output has
+ * no element (then nothing runs). */
+static em_status rs_prologue(rs_ctx *c, const rw_kernel *k, rs_rule *r,
+                             em_view views[RW_MAX_VIEWS], em_view *v[RW_MAX_VIEWS],
+                             int64_t blo[RW_MAX_VIEWS], int64_t bhi[RW_MAX_VIEWS], bool *empty) {
+    em_status s = EM_OK;
+    if (!rs_has(c->h->ops, k->slot))
+        return rs_bad(c, EM_ERR_UNSUPPORTED, "the device does not implement it");
+    *r = rs_rule_of(k);
+    for (int i = 0; i < rw_slots[k->slot].nviews && s == EM_OK; i++)
+        if (k->mask & (1u << i)) {
+            s = rs_view(c, &k->views[i], i, &views[i], &blo[i], &bhi[i]);
+            v[i] = &views[i];
+        }
+    if (s == EM_OK && k->slot == RW_K_SORT && !v[0] && !v[1])
+        return rs_bad(c, EM_ERR_ARG, "neither values nor indices");
+    if (s == EM_OK) s = rs_check_dtypes(c, r, v);
+    if (s == EM_OK) *empty = rs_numel_v(v[r->primary]) == 0;
+    return s;
+}
+
 em_status rs_resolve_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn,
                             const rw_kernel *k, em_view views[RW_MAX_VIEWS], rs_mode *mode,
                             char *msg, size_t cap) {
     rs_ctx c = {h, lookup, conn, msg, cap, rw_slots[k->slot].name};
     em_view *v[RW_MAX_VIEWS] = {0};
     int64_t blo[RW_MAX_VIEWS] = {0}, bhi[RW_MAX_VIEWS] = {0};
-    em_status s = EM_OK;
-    if (!rs_has(h->ops, k->slot))
-        return rs_bad(&c, EM_ERR_UNSUPPORTED, "the device does not implement it");
-    const rs_rule r = rs_rule_of(k);
-    for (int i = 0; i < rw_slots[k->slot].nviews && s == EM_OK; i++)
-        if (k->mask & (1u << i)) {
-            s = rs_view(&c, &k->views[i], i, &views[i], &blo[i], &bhi[i]);
-            v[i] = &views[i];
-        }
-    if (s == EM_OK && k->slot == RW_K_SORT && !v[0] && !v[1])
-        return rs_bad(&c, EM_ERR_ARG, "neither values nor indices");
-    if (s == EM_OK) s = rs_check_dtypes(&c, &r, v);
+    rs_rule r;
+    bool empty = false;
+    em_status s = rs_prologue(&c, k, &r, views, v, blo, bhi, &empty);
     if (s != EM_OK) return s;
-    if (rs_numel_v(v[r.primary]) == 0) {
+    if (empty) {
         *mode = RS_SKIP;
         return EM_OK;
     }
@@ -835,20 +848,10 @@ em_status rs_exec_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn, cons
     rs_ctx c = {h, lookup, conn, msg, cap, rw_slots[k->slot].name};
     em_view views[RW_MAX_VIEWS], *v[RW_MAX_VIEWS] = {0};
     int64_t blo[RW_MAX_VIEWS] = {0}, bhi[RW_MAX_VIEWS] = {0};
-    em_status s = EM_OK;
-    if (!rs_has(h->ops, k->slot))
-        return rs_bad(&c, EM_ERR_UNSUPPORTED, "the hosted device does not implement it");
-    const rs_rule r = rs_rule_of(k);
-    for (int i = 0; i < rw_slots[k->slot].nviews && s == EM_OK; i++)
-        if (k->mask & (1u << i)) {
-            s = rs_view(&c, &k->views[i], i, &views[i], &blo[i], &bhi[i]);
-            v[i] = &views[i];
-        }
-    if (s == EM_OK && k->slot == RW_K_SORT && !v[0] && !v[1])
-        return rs_bad(&c, EM_ERR_ARG, "neither values nor indices");
-    if (s == EM_OK) s = rs_check_dtypes(&c, &r, v);
-    if (s != EM_OK) return s;
-    if (rs_numel_v(v[r.primary]) == 0) return EM_OK; /* the core runs nothing there */
+    rs_rule r;
+    bool empty = false;
+    em_status s = rs_prologue(&c, k, &r, views, v, blo, bhi, &empty);
+    if (s != EM_OK || empty) return s; /* the core runs nothing on an empty output */
     if (h->serialize) pthread_mutex_lock((pthread_mutex_t *)h->lock);
     /* shapes and index values, then the outputs: no kernel runs between these checks and the
      * slot's call, and no output the call writes can reach an index */
