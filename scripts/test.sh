@@ -12,11 +12,12 @@
 #   5. installs that build to a temporary prefix and builds examples/hello.c against it,
 #      once with find_package(ember) and once with pkg-config,
 #   6. with clang present, the libFuzzer targets: fuzz_device_parse for ~30 s, then
-#      fuzz_safetensors (em_safetensors_load_buffer) for ~20 s, then fuzz_remote_decode (the
+#      fuzz_safetensors (em_safetensors_load_buffer) for ~20 s, then fuzz_graph_load
+#      (em_graph_load_buffer, and a replay of what loads) for ~20 s, then fuzz_remote_decode (the
 #      remote protocol's message decoder) for ~20 s, then fuzz_remote_exec (ember-server's
 #      engine decoding and executing messages on the cpu kernels) for ~20 s.
 # Exits non-zero on the first failure. Build trees go under build/ (ignored by git).
-# Environment: JOBS (default 2), FUZZ_SECONDS (default 30), ST_FUZZ_SECONDS and
+# Environment: JOBS (default 2), FUZZ_SECONDS (default 30), ST_FUZZ_SECONDS, GL_FUZZ_SECONDS,
 # RD_FUZZ_SECONDS and RX_FUZZ_SECONDS (default 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ root=$PWD
 jobs=${JOBS:-2}
 fuzz_seconds=${FUZZ_SECONDS:-30}
 st_fuzz_seconds=${ST_FUZZ_SECONDS:-20}
+gl_fuzz_seconds=${GL_FUZZ_SECONDS:-20}
 rd_fuzz_seconds=${RD_FUZZ_SECONDS:-20}
 rx_fuzz_seconds=${RX_FUZZ_SECONDS:-20}
 tmp=$(mktemp -d)
@@ -159,6 +161,11 @@ if command -v clang >/dev/null 2>&1; then
     mkdir -p "$tmp/corpus-st"
     build/fuzz/tests/fuzz/fuzz_safetensors -max_total_time="$st_fuzz_seconds" -timeout=10 \
         -print_final_stats=1 "$tmp/corpus-st" tests/fuzz/corpus/safetensors
+    step "libFuzzer: fuzz_graph_load for ${gl_fuzz_seconds} s"
+    cmake --build build/fuzz -j "$jobs" --target fuzz_graph_load
+    mkdir -p "$tmp/corpus-gl"
+    build/fuzz/tests/fuzz/fuzz_graph_load -max_total_time="$gl_fuzz_seconds" -timeout=10 \
+        -print_final_stats=1 "$tmp/corpus-gl" tests/fuzz/corpus/graph_load
     step "libFuzzer: fuzz_remote_decode for ${rd_fuzz_seconds} s"
     cmake --build build/fuzz -j "$jobs" --target fuzz_remote_decode
     mkdir -p "$tmp/corpus-rd"

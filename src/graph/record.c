@@ -424,6 +424,12 @@ static em_status gr_tensor_view(const char *fn, const em_graph *g, const em_tens
         return emi_fail(EM_ERR_DTYPE, "%s: quantized tensors (%s) are not supported", fn,
                         em_dtype_name(t->dtype));
     rw_view_from(v, &t->v, b->id);
+    if (emi_numel(t->v.shape, t->v.rank) == 0) {
+        /* no element: where its offset points does not matter (a flip of an empty tensor
+         * points before its buffer) */
+        v->offset = 0;
+        emi_contiguous_strides(v->shape, v->rank, v->strides);
+    }
     return EM_OK;
 }
 

@@ -12,6 +12,9 @@
  * (a pipe). The map keeps its tensors in header order plus an index sorted by name, so that a
  * lookup is a binary search.
  *
+ * The same reader and writer work on raw bytes for the formats built on safetensors (a captured
+ * graph's file): safetensors_internal.h.
+ *
  * Built on the public API only (ember.h, io.h) plus em_backend_set_error for messages.
  */
 #include <errno.h>
@@ -30,6 +33,7 @@
 #include "ember/backend.h"
 #include "ember/ember.h"
 #include "ember/io.h"
+#include "safetensors_internal.h"
 #include "utf8.h"
 
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000) /* the reference implementation's limit */
@@ -369,8 +373,31 @@ static void drop_pages(const uint8_t *p, size_t n) {
 #endif
 }
 
-static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_device dev,
-                          em_tensor_map **out) {
+/* A validated header: its entries in header order, and the data section they point into. */
+typedef struct st_header {
+    char *text;           /* the header's NUL-terminated copy, which root was parsed from */
+    cJSON *root;
+    const cJSON *meta;    /* root's "__metadata__" object (string values only), or NULL */
+    st_entry *entries;    /* header order; their names point into root */
+    size_t count;
+    size_t *by_name;      /* indices into entries, sorted by strcmp of the names */
+    const uint8_t *data;  /* the data section: data_offsets count from here */
+} st_header;
+
+static void st_header_free(st_header *h) {
+    free(h->entries);
+    free(h->by_name);
+    cJSON_Delete(h->root);
+    free(h->text);
+    memset(h, 0, sizeof *h);
+}
+
+/* Parses and checks the image buf[0, len): header length, UTF-8, JSON, every entry (dtype,
+ * shape, offsets), __metadata__ (an object of strings), duplicate names, offsets inside the
+ * data and not overlapping. Everything but making tensors. On failure *h holds nothing. */
+static em_status st_parse_header(const st_ctx *ctx, const uint8_t *buf, size_t len,
+                                 st_header *h) {
+    memset(h, 0, sizeof *h);
     if (len < 8)
         return ST_FAIL(ctx, "truncated: %zu bytes, too short for the 8-byte header length",
                        len);
@@ -398,8 +425,8 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
     cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, false);
     em_status s = EM_OK;
     st_entry *entries = NULL, **order = NULL;
-    em_tensor_map *m = NULL;
-    uint8_t *tmp = NULL;
+    size_t *by_name = NULL, count = 0;
+    const cJSON *meta = NULL;
     if (root == NULL) {
         size_t at = (end != NULL && end >= text) ? (size_t)(end - text) : 0;
         s = ST_FAIL(ctx, "header is not valid JSON (error near byte %zu)", at);
@@ -415,7 +442,6 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
         s = ST_FAIL(ctx, "header is not a JSON object%s", "");
         goto done;
     }
-    size_t count = 0;
     for (const cJSON *it = root->child; it != NULL; it = it->next) {
         if (it->string == NULL) {
             s = ST_FAIL(ctx, "header entry without a name%s", "");
@@ -438,8 +464,7 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
     }
     entries = calloc(count ? count : 1, sizeof *entries);
     order = calloc(count ? count : 1, sizeof *order);
-    m = calloc(1, sizeof *m);
-    if (entries == NULL || order == NULL || m == NULL) {
+    if (entries == NULL || order == NULL) {
         s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
         goto done;
     }
@@ -450,25 +475,26 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
                 s = ST_FAIL(ctx, "duplicate name \"%s\"", "__metadata__");
                 goto done;
             }
+            meta = it;
             continue;
         }
         if ((s = parse_entry(ctx, it, &entries[k])) != EM_OK) goto done;
         order[k] = &entries[k];
         k++;
     }
-    /* duplicates: neighbours once sorted by name; that order is the map's index */
+    /* duplicates: neighbours once sorted by name; that order is the index by name */
     qsort(order, count, sizeof *order, cmp_name);
     for (size_t i = 1; i < count; i++)
         if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
             s = ST_FAIL(ctx, "duplicate name \"%s\"", order[i]->name);
             goto done;
         }
-    m->by_name = malloc((count ? count : 1) * sizeof *m->by_name);
-    if (m->by_name == NULL) {
+    by_name = malloc((count ? count : 1) * sizeof *by_name);
+    if (by_name == NULL) {
         s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
         goto done;
     }
-    for (size_t i = 0; i < count; i++) m->by_name[i] = (size_t)(order[i] - entries);
+    for (size_t i = 0; i < count; i++) by_name[i] = (size_t)(order[i] - entries);
     /* range and overlap: sorted by begin, each starts at or after the previous end */
     qsort(order, count, sizeof *order, cmp_begin);
     uint64_t max_end = 0;
@@ -489,6 +515,33 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
         max_end = order[i]->end;
         max_name = order[i]->name;
     }
+done:
+    free(order);
+    if (s != EM_OK) {
+        free(entries);
+        free(by_name);
+        cJSON_Delete(root);
+        free(text);
+        return s;
+    }
+    *h = (st_header){text, root, meta, entries, count, by_name, data};
+    return EM_OK;
+}
+
+static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_device dev,
+                          em_tensor_map **out) {
+    st_header h;
+    em_status s = st_parse_header(ctx, buf, len, &h);
+    if (s != EM_OK) return s;
+    const size_t count = h.count;
+    uint8_t *tmp = NULL;
+    em_tensor_map *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
+        goto done;
+    }
+    m->by_name = h.by_name; /* the map's index */
+    h.by_name = NULL;
 
     /* Everything checks out: create the tensors, in header order. */
     m->names = calloc(count ? count : 1, sizeof *m->names);
@@ -499,9 +552,9 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
     }
     bool swap = !host_is_little_endian();
     for (size_t i = 0; i < count; i++) {
-        const st_entry *e = &entries[i];
+        const st_entry *e = &h.entries[i];
         size_t bytes = (size_t)(e->end - e->begin), esize = em_dtype_size(e->dt);
-        const uint8_t *src = data + e->begin;
+        const uint8_t *src = h.data + e->begin;
         const void *p = src;
         if (bytes > 0 && (swap || e->dt == EM_BOOL || ((uintptr_t)src % esize) != 0)) {
             tmp = malloc(bytes);
@@ -535,10 +588,7 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
     }
 done:
     free(tmp);
-    free(entries);
-    free(order);
-    cJSON_Delete(root);
-    free(text);
+    st_header_free(&h);
     if (s != EM_OK) {
         em_tensor_map_release(m);
         return s;
@@ -591,11 +641,16 @@ static em_status read_all(const char *fn, const char *path, int fd, size_t hint,
     return EM_OK;
 }
 
-em_status em_safetensors_load(const char *path, em_device dev, em_tensor_map **out) {
-    static const char *fn = "em_safetensors_load";
-    if (path == NULL || out == NULL)
-        return em_backend_set_error(EM_ERR_ARG, "%s: %s is NULL", fn,
-                                    path == NULL ? "path" : "out");
+/* A file's bytes: a read-only private mapping of a regular file, or the whole of what cannot
+ * be mapped (a pipe, an empty file) read into memory. */
+typedef struct st_image {
+    const uint8_t *p;
+    size_t len;
+    bool mapped; /* p is a mapping of len bytes (else p is owned memory, or NULL when empty) */
+} st_image;
+
+static em_status st_image_open(const char *fn, const char *path, st_image *img) {
+    memset(img, 0, sizeof *img);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return em_backend_set_error(EM_ERR_IO, "%s: %s: cannot open (%s)", fn, path,
@@ -611,18 +666,14 @@ em_status em_safetensors_load(const char *path, em_device dev, em_tensor_map **o
         close(fd);
         return em_backend_set_error(EM_ERR_IO, "%s: %s: is a directory", fn, path);
     }
-    st_ctx ctx = {fn, path, false};
-    em_status s;
     /* A regular file is mapped, not copied (an empty one cannot be mapped: it is read). */
     if (S_ISREG(st.st_mode) && st.st_size > 0 && (uintmax_t)st.st_size <= SIZE_MAX) {
         size_t size = (size_t)st.st_size;
         void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map != MAP_FAILED) {
             close(fd);
-            ctx.mapped = true;
-            s = st_parse(&ctx, map, size, dev, out);
-            munmap(map, size);
-            return s;
+            *img = (st_image){map, size, true};
+            return EM_OK;
         }
     }
     uint8_t *buf = NULL;
@@ -630,18 +681,253 @@ em_status em_safetensors_load(const char *path, em_device dev, em_tensor_map **o
     size_t hint = S_ISREG(st.st_mode) && st.st_size > 0 && (uintmax_t)st.st_size < SIZE_MAX
                       ? (size_t)st.st_size
                       : 0;
-    s = read_all(fn, path, fd, hint, &buf, &len);
+    em_status s = read_all(fn, path, fd, hint, &buf, &len);
     close(fd);
     if (s != EM_OK) return s;
-    s = st_parse(&ctx, buf, len, dev, out);
-    free(buf);
+    *img = (st_image){buf, len, false};
+    return EM_OK;
+}
+
+static void st_image_close(st_image *img) {
+    if (img->mapped) munmap((void *)img->p, img->len);
+    else free((void *)img->p);
+    memset(img, 0, sizeof *img);
+}
+
+em_status em_safetensors_load(const char *path, em_device dev, em_tensor_map **out) {
+    static const char *fn = "em_safetensors_load";
+    if (path == NULL || out == NULL)
+        return em_backend_set_error(EM_ERR_ARG, "%s: %s is NULL", fn,
+                                    path == NULL ? "path" : "out");
+    st_image img;
+    em_status s = st_image_open(fn, path, &img);
+    if (s != EM_OK) return s;
+    st_ctx ctx = {fn, path, img.mapped};
+    s = st_parse(&ctx, img.p, img.len, dev, out);
+    st_image_close(&img);
     return s;
+}
+
+/* ---- raw access, for the formats built on safetensors (safetensors_internal.h) -------------- */
+
+struct emi_st_file {
+    st_image img;       /* the file's bytes (nothing for a buffer: the caller's) */
+    st_header h;
+    emi_st_tensor *all; /* header order */
+};
+
+static em_status st_open_raw(const st_ctx *ctx, const uint8_t *buf, size_t len,
+                             emi_st_file **out) {
+    emi_st_file *f = calloc(1, sizeof *f);
+    if (f == NULL) return em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
+    em_status s = st_parse_header(ctx, buf, len, &f->h);
+    if (s != EM_OK) {
+        free(f);
+        return s;
+    }
+    f->all = calloc(f->h.count ? f->h.count : 1, sizeof *f->all);
+    if (f->all == NULL) {
+        emi_st_close(f);
+        return em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
+    }
+    for (size_t i = 0; i < f->h.count; i++) {
+        const st_entry *e = &f->h.entries[i];
+        emi_st_tensor *t = &f->all[i];
+        t->name = e->name;
+        t->dtype = e->dt;
+        t->rank = e->rank;
+        memcpy(t->shape, e->shape, sizeof t->shape);
+        t->data = f->h.data + e->begin;
+        t->bytes = e->end - e->begin;
+    }
+    *out = f;
+    return EM_OK;
+}
+
+em_status emi_st_open_buffer(const char *fn, const char *what, const void *data, size_t len,
+                             emi_st_file **out) {
+    static const uint8_t nothing[1];
+    st_ctx ctx = {fn, what, false};
+    return st_open_raw(&ctx, data ? data : nothing, len, out);
+}
+
+em_status emi_st_open_file(const char *fn, const char *path, emi_st_file **out) {
+    st_image img;
+    em_status s = st_image_open(fn, path, &img);
+    if (s != EM_OK) return s;
+    st_ctx ctx = {fn, path, false};
+    emi_st_file *f = NULL;
+    s = st_open_raw(&ctx, img.p, img.len, &f);
+    if (s != EM_OK) {
+        st_image_close(&img);
+        return s;
+    }
+    f->img = img;
+    *out = f;
+    return EM_OK;
+}
+
+size_t emi_st_count(const emi_st_file *f) { return f->h.count; }
+
+const emi_st_tensor *emi_st_at(const emi_st_file *f, size_t i) {
+    return i < f->h.count ? &f->all[i] : NULL;
+}
+
+const emi_st_tensor *emi_st_find(const emi_st_file *f, const char *name) {
+    size_t lo = 0, hi = f->h.count; /* binary search of by_name */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2, i = f->h.by_name[mid];
+        int c = strcmp(name, f->h.entries[i].name);
+        if (c == 0) return &f->all[i];
+        if (c < 0) hi = mid;
+        else lo = mid + 1;
+    }
+    return NULL;
+}
+
+const char *emi_st_meta(const emi_st_file *f, const char *key) {
+    const cJSON *v = f->h.meta ? cJSON_GetObjectItemCaseSensitive(f->h.meta, key) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+void emi_st_close(emi_st_file *f) {
+    if (f == NULL) return;
+    free(f->all);
+    st_header_free(&f->h);
+    if (f->img.p != NULL) st_image_close(&f->img);
+    free(f);
 }
 
 /* ---- saving --------------------------------------------------------------------------------- */
 
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* One tensor of a file being written: its header entry. Its bytes come from an emit call. */
+typedef struct st_put {
+    const char *name;
+    em_dtype dt;
+    int rank;
+    const int64_t *shape;
+    uint64_t bytes;
+} st_put;
+
+/* Writes tensor i's bytes (little-endian) to f; false in *ok on a short write. Any status
+ * other than EM_OK aborts the save (with the message it set). */
+typedef em_status (*st_emit_fn)(void *arg, size_t i, FILE *f, bool *ok);
+
+/* Writes the file: the header (metadata first, when nmeta > 0: meta holds nmeta key / value
+ * pairs), padded with spaces to a multiple of 8 bytes, then each tensor's bytes through emit,
+ * to "<path>.tmp", renamed over path when complete. With limit, a header longer than readers
+ * accept (ST_MAX_HEADER) is EM_ERR_IO. */
+static em_status st_write(const char *fn, const char *path, const st_put *t, size_t n,
+                          const char *const *meta, size_t nmeta, bool limit, st_emit_fn emit,
+                          void *arg) {
+    em_status s = EM_OK;
+    cJSON *root = cJSON_CreateObject();
+    char *json = NULL, *tmp_path = NULL;
+    FILE *f = NULL;
+    if (root == NULL) goto nomem;
+    if (nmeta > 0) {
+        cJSON *md = cJSON_AddObjectToObject(root, "__metadata__");
+        if (md == NULL) goto nomem;
+        for (size_t i = 0; i < nmeta; i++)
+            if (cJSON_AddStringToObject(md, meta[2 * i], meta[2 * i + 1]) == NULL) goto nomem;
+    }
+    uint64_t offset = 0;
+    for (size_t i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        if (e == NULL) goto nomem;
+        cJSON_AddItemToObject(root, t[i].name, e);
+        if (cJSON_AddStringToObject(e, "dtype", st_dtype_name(t[i].dt)) == NULL) goto nomem;
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        if (shape == NULL) goto nomem;
+        for (int d = 0; d < t[i].rank; d++) {
+            cJSON *v = cJSON_CreateNumber((double)t[i].shape[d]);
+            if (v == NULL) goto nomem;
+            cJSON_AddItemToArray(shape, v);
+        }
+        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+        if (offs == NULL) goto nomem;
+        cJSON *b = cJSON_CreateNumber((double)offset),
+              *en = cJSON_CreateNumber((double)(offset + t[i].bytes));
+        if (b == NULL || en == NULL) {
+            cJSON_Delete(b), cJSON_Delete(en);
+            goto nomem;
+        }
+        cJSON_AddItemToArray(offs, b);
+        cJSON_AddItemToArray(offs, en);
+        offset += t[i].bytes;
+    }
+    json = cJSON_PrintUnformatted(root);
+    if (json == NULL) goto nomem;
+    size_t jlen = strlen(json), padded = (jlen + 7) / 8 * 8;
+    if (limit && padded > ST_MAX_HEADER) {
+        s = em_backend_set_error(EM_ERR_IO, "%s: %s: the header would be %zu bytes, more than "
+                                 "the %llu that safetensors readers accept", fn, path, padded,
+                                 (unsigned long long)ST_MAX_HEADER);
+        goto done;
+    }
+    size_t plen = strlen(path);
+    tmp_path = malloc(plen + 5);
+    if (tmp_path == NULL) goto nomem;
+    memcpy(tmp_path, path, plen);
+    memcpy(tmp_path + plen, ".tmp", 5);
+    f = fopen(tmp_path, "wb");
+    if (f == NULL) {
+        s = em_backend_set_error(EM_ERR_IO, "%s: %s: cannot open for writing", fn, tmp_path);
+        goto done;
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, jlen, f) == jlen;
+    for (size_t i = jlen; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    for (size_t i = 0; ok && i < n; i++)
+        if ((s = emit(arg, i, f, &ok)) != EM_OK) goto done;
+    if (fclose(f) != 0) ok = false;
+    f = NULL;
+    if (!ok) {
+        s = em_backend_set_error(EM_ERR_IO, "%s: %s: write error", fn, tmp_path);
+        goto done;
+    }
+    if (rename(tmp_path, path) != 0) {
+        s = em_backend_set_error(EM_ERR_IO, "%s: cannot rename %s to %s", fn, tmp_path, path);
+        goto done;
+    }
+    goto done;
+nomem:
+    s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+done:
+    if (f != NULL) fclose(f);
+    if (s != EM_OK && tmp_path != NULL) remove(tmp_path);
+    free(tmp_path);
+    cJSON_free(json);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* em_safetensors_save's tensors: read back from their devices one at a time. */
+typedef struct st_emit_tensors {
+    const char *fn;
+    const em_tensor *const *tensors;
+} st_emit_tensors;
+
+static em_status st_emit_tensor(void *arg, size_t i, FILE *f, bool *ok) {
+    const st_emit_tensors *a = arg;
+    const em_tensor *t = a->tensors[i];
+    size_t esize = em_dtype_size(em_tensor_dtype(t));
+    size_t bytes = (size_t)em_tensor_numel(t) * esize;
+    if (bytes == 0) return EM_OK;
+    uint8_t *buf = malloc(bytes);
+    if (buf == NULL) return em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", a->fn);
+    em_status s = em_tensor_to_data(t, buf, bytes);
+    if (s == EM_OK) {
+        if (!host_is_little_endian()) swap_elements(buf, bytes / esize, esize);
+        *ok = fwrite(buf, 1, bytes, f) == bytes;
+    }
+    free(buf);
+    return s;
 }
 
 em_status em_safetensors_save(const char *path, const char *const *names,
@@ -685,91 +971,39 @@ em_status em_safetensors_save(const char *path, const char *const *names,
             }
         free(sorted);
     }
-
-    em_status s = EM_OK;
-    cJSON *root = cJSON_CreateObject();
-    char *json = NULL, *tmp_path = NULL;
-    uint8_t *buf = NULL;
-    FILE *f = NULL;
-    if (root == NULL) goto nomem;
-    uint64_t offset = 0;
+    st_put *puts = calloc(n ? n : 1, sizeof *puts);
+    if (puts == NULL) return em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
     for (size_t i = 0; i < n; i++) {
         const em_tensor *t = tensors[i];
-        uint64_t bytes = (uint64_t)em_tensor_numel(t) * em_dtype_size(em_tensor_dtype(t));
-        cJSON *e = cJSON_CreateObject();
-        if (e == NULL) goto nomem;
-        cJSON_AddItemToObject(root, names[i], e);
-        if (cJSON_AddStringToObject(e, "dtype", st_dtype_name(em_tensor_dtype(t))) == NULL)
-            goto nomem;
-        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
-        if (shape == NULL) goto nomem;
-        const int64_t *dims = em_tensor_shape(t);
-        for (int d = 0; d < em_tensor_rank(t); d++) {
-            cJSON *v = cJSON_CreateNumber((double)dims[d]);
-            if (v == NULL) goto nomem;
-            cJSON_AddItemToArray(shape, v);
+        puts[i] = (st_put){names[i], em_tensor_dtype(t), em_tensor_rank(t), em_tensor_shape(t),
+                           (uint64_t)em_tensor_numel(t) * em_dtype_size(em_tensor_dtype(t))};
+    }
+    st_emit_tensors arg = {fn, tensors};
+    em_status s = st_write(fn, path, puts, n, NULL, 0, false, st_emit_tensor, &arg);
+    free(puts);
+    return s;
+}
+
+/* emi_st_save: the bytes as given. */
+static em_status st_emit_raw(void *arg, size_t i, FILE *f, bool *ok) {
+    const emi_st_tensor *t = &((const emi_st_tensor *)arg)[i];
+    if (t->bytes > 0) *ok = fwrite(t->data, 1, (size_t)t->bytes, f) == t->bytes;
+    return EM_OK;
+}
+
+em_status emi_st_save(const char *fn, const char *path, const emi_st_tensor *t, size_t n,
+                      const char *const *meta, size_t nmeta) {
+    st_put *puts = calloc(n ? n : 1, sizeof *puts);
+    if (puts == NULL) return em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+    for (size_t i = 0; i < n; i++) {
+        if (st_dtype_name(t[i].dtype) == NULL) {
+            free(puts);
+            return em_backend_set_error(EM_ERR_DTYPE, "%s: tensor \"%s\": dtype %s cannot be "
+                                        "saved", fn, t[i].name, em_dtype_name(t[i].dtype));
         }
-        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
-        if (offs == NULL) goto nomem;
-        cJSON *b = cJSON_CreateNumber((double)offset), *en = cJSON_CreateNumber((double)(offset + bytes));
-        if (b == NULL || en == NULL) {
-            cJSON_Delete(b), cJSON_Delete(en);
-            goto nomem;
-        }
-        cJSON_AddItemToArray(offs, b);
-        cJSON_AddItemToArray(offs, en);
-        offset += bytes;
+        puts[i] = (st_put){t[i].name, t[i].dtype, t[i].rank, t[i].shape, t[i].bytes};
     }
-    json = cJSON_PrintUnformatted(root);
-    if (json == NULL) goto nomem;
-    size_t jlen = strlen(json), padded = (jlen + 7) / 8 * 8;
-    size_t plen = strlen(path);
-    tmp_path = malloc(plen + 5);
-    if (tmp_path == NULL) goto nomem;
-    memcpy(tmp_path, path, plen);
-    memcpy(tmp_path + plen, ".tmp", 5);
-    f = fopen(tmp_path, "wb");
-    if (f == NULL) {
-        s = em_backend_set_error(EM_ERR_IO, "%s: %s: cannot open for writing", fn, tmp_path);
-        goto done;
-    }
-    uint8_t len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-    bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, jlen, f) == jlen;
-    for (size_t i = jlen; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-    bool swap = !host_is_little_endian();
-    for (size_t i = 0; ok && i < n; i++) {
-        const em_tensor *t = tensors[i];
-        size_t esize = em_dtype_size(em_tensor_dtype(t));
-        size_t bytes = (size_t)em_tensor_numel(t) * esize;
-        if (bytes == 0) continue;
-        buf = malloc(bytes);
-        if (buf == NULL) goto nomem;
-        if ((s = em_tensor_to_data(t, buf, bytes)) != EM_OK) goto done;
-        if (swap) swap_elements(buf, bytes / esize, esize);
-        ok = fwrite(buf, 1, bytes, f) == bytes;
-        free(buf);
-        buf = NULL;
-    }
-    if (fclose(f) != 0) ok = false;
-    f = NULL;
-    if (!ok) {
-        s = em_backend_set_error(EM_ERR_IO, "%s: %s: write error", fn, tmp_path);
-        goto done;
-    }
-    if (rename(tmp_path, path) != 0) {
-        s = em_backend_set_error(EM_ERR_IO, "%s: cannot rename %s to %s", fn, tmp_path, path);
-        goto done;
-    }
-    goto done;
-nomem:
-    s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
-done:
-    if (f != NULL) fclose(f);
-    if (s != EM_OK && tmp_path != NULL) remove(tmp_path);
-    free(buf);
-    free(tmp_path);
-    cJSON_free(json);
-    cJSON_Delete(root);
+    em_status s = st_write(fn, path, puts, n, meta, nmeta, true, st_emit_raw, (void *)t);
+    free(puts);
     return s;
 }

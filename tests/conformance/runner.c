@@ -18,8 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "golden.h"
+#include "ember/graph.h"  /* --capture */
 #include "ember/remote.h" /* remote (issue 7): --remote */
 #ifdef EMBER_TEST_HAVE_CPU
 #include "backends/cpu/fallback.h" /* --no-fallbacks */
@@ -27,7 +29,8 @@
 
 /* ---- building inputs ---- */
 
-static em_status make_input(const golden_tensor *t, em_device dev, em_tensor **out) {
+/* The input's base tensor on dev (the case's view not applied). */
+static em_status make_base(const golden_tensor *t, em_device dev, em_tensor **out) {
     size_t sz = em_dtype_size(t->dt);
     void *data = malloc((size_t)(t->n ? t->n : 1) * sz);
     if (!data) return EM_ERR_NOMEM;
@@ -47,9 +50,15 @@ static em_status make_input(const golden_tensor *t, em_device dev, em_tensor **o
         default: break;
         }
     }
-    em_tensor *base;
-    em_status s = em_tensor_from_data(data, t->dt, t->shape, t->rank, dev, &base);
+    em_status s = em_tensor_from_data(data, t->dt, t->shape, t->rank, dev, out);
     free(data);
+    return s;
+}
+
+/* The input on dev: its base with the case's view applied. */
+static em_status make_input(const golden_tensor *t, em_device dev, em_tensor **out) {
+    em_tensor *base = NULL;
+    em_status s = make_base(t, dev, &base);
     if (s != EM_OK || !t->view_kind[0]) {
         if (s == EM_OK) *out = base;
         return s;
@@ -245,6 +254,145 @@ static bool check(const golden_case *c, const run_result *r, const golden_tensor
     return true;
 }
 
+/* ---- --capture: every case captured, saved, loaded and replayed ----
+ *
+ * The case runs once on the capture device with its inputs' bases as graph inputs (their
+ * views are recorded too) and its outputs as graph outputs; the graph goes through a file
+ * (em_graph_save, em_graph_load) and is replayed on every device, where it must give the bits
+ * that running the case eagerly there gives. A case that expects an error must fail on the
+ * capture device with that status and ref's message. */
+
+typedef struct cap_result {
+    em_status status; /* what the case gave on the capture device */
+    char error[256];
+    em_graph *g;      /* the loaded graph when status is EM_OK */
+} cap_result;
+
+/* Captures c into r. Returns false when the harness failed (msg set). */
+static bool capture_case(const golden_case *c, conf_fn fn, const char *file, cap_result *r,
+                         char *msg, size_t cap) {
+    em_device capd = {EM_BACKEND_CAPTURE, 0, false, EM_CKPT_NONE};
+    em_tensor *bases[CONF_MAX_IO] = {0}, *ins[CONF_MAX_IO] = {0}, *outs[CONF_MAX_IO] = {0};
+    em_graph *g = NULL;
+    int nout = 0;
+    bool ok = true;
+    memset(r, 0, sizeof *r);
+    if (em_graph_begin(&g) != EM_OK) {
+        snprintf(msg, cap, "em_graph_begin: %s", em_last_error());
+        return false;
+    }
+    for (int i = 0; i < c->nin && ok; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "in%d", i);
+        em_status s = em_graph_input(g, nm, c->in[i].dt, c->in[i].shape, c->in[i].rank, capd,
+                                     &bases[i]);
+        if (s == EM_OK) s = golden_view(&c->in[i], bases[i], &ins[i]);
+        if (s != EM_OK) {
+            snprintf(msg, cap, "capturing input %d: %s: %s", i, em_status_name(s), em_last_error());
+            ok = false;
+        }
+    }
+    if (ok) {
+        conf_params p = c->params;
+        p.dev = capd;
+        em_clear_error();
+        r->status = fn(ins, c->nin, &p, outs, &nout);
+        snprintf(r->error, sizeof r->error, "%s", em_last_error());
+        for (int i = 0; i < nout && ok && r->status == EM_OK; i++) {
+            char nm[16];
+            snprintf(nm, sizeof nm, "out%d", i);
+            if (em_graph_output(g, nm, outs[i]) != EM_OK) {
+                snprintf(msg, cap, "em_graph_output %d: %s", i, em_last_error());
+                ok = false;
+            }
+        }
+    }
+    for (int i = 0; i < nout && i < CONF_MAX_IO; i++) em_tensor_release(outs[i]);
+    for (int i = 0; i < c->nin; i++) {
+        em_tensor_release(ins[i]);
+        em_tensor_release(bases[i]);
+    }
+    if (ok && em_graph_end(g) != EM_OK) {
+        snprintf(msg, cap, "em_graph_end: %s", em_last_error());
+        ok = false;
+    }
+    if (ok && r->status == EM_OK) {
+        if (em_graph_save(g, file) != EM_OK || em_graph_load(file, &r->g) != EM_OK) {
+            snprintf(msg, cap, "save and load: %s", em_last_error());
+            ok = false;
+        }
+    }
+    em_graph_release(g);
+    return ok;
+}
+
+/* Replays the captured case on dev into r (as run_on). */
+static bool replay_on(const golden_case *c, const em_graph *g, em_device dev, run_result *r,
+                      char *msg, size_t cap) {
+    em_tensor *ins[CONF_MAX_IO] = {0}, *outs[CONF_MAX_IO] = {0};
+    memset(r, 0, sizeof *r);
+    bool ok = true;
+    for (int i = 0; i < c->nin && ok; i++) {
+        em_status s = make_base(&c->in[i], dev, &ins[i]);
+        if (s != EM_OK) {
+            snprintf(msg, cap, "building input %d failed: %s", i, em_last_error());
+            ok = false;
+        }
+    }
+    const int nout = em_graph_output_count(g);
+    if (ok) {
+        em_clear_error();
+        r->status = em_graph_run(g, dev, (const em_tensor *const *)ins, c->nin, outs, nout);
+        snprintf(r->error, sizeof r->error, "%s", em_last_error());
+        for (int i = 0; r->status == EM_OK && ok && i < nout && i < CONF_MAX_IO; i++) {
+            r->nout = i + 1;
+            if (read_back(outs[i], &r->out[i]) != EM_OK) {
+                snprintf(msg, cap, "reading output %d failed: %s", i, em_last_error());
+                ok = false;
+            }
+        }
+    }
+    for (int i = 0; i < nout && i < CONF_MAX_IO; i++) em_tensor_release(outs[i]);
+    for (int i = 0; i < c->nin; i++) em_tensor_release(ins[i]);
+    return ok;
+}
+
+/* The ops that a device may have a fused kernel for and that a graph records composed of
+ * basic kernel calls (include/ember/graph.h). */
+static bool recorded_composed(const char *op) {
+    static const char *const ops[] = {"batch_norm", "group_norm", "rms_norm", "sdpa"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (strncmp(op, ops[i], strlen(ops[i])) == 0) return true;
+    return false;
+}
+
+/* The same dtypes, shapes and bits (NaNs of any payload match). */
+static bool same_bits(const run_result *a, const run_result *b, char *msg, size_t cap) {
+    if (a->nout != b->nout) {
+        snprintf(msg, cap, "%d outputs, eager %d", a->nout, b->nout);
+        return false;
+    }
+    for (int i = 0; i < a->nout; i++) {
+        const golden_tensor *x = &a->out[i], *y = &b->out[i];
+        if (x->dt != y->dt || x->n != y->n) {
+            snprintf(msg, cap, "output %d: dtype or size differs from eager", i);
+            return false;
+        }
+        for (int64_t k = 0; k < x->n; k++) {
+            const bool same = golden_is_float(x->dt)
+                                  ? (isnan(x->vals[k]) && isnan(y->vals[k])) ||
+                                        memcmp(&x->vals[k], &y->vals[k], sizeof(double)) == 0
+                                  : x->ivals[k] == y->ivals[k];
+            if (!same) {
+                snprintf(msg, cap, "output %d element %lld: replay %.17g, eager %.17g", i,
+                         (long long)k, x->vals[k], y->vals[k]);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
 /* ---- --no-fallbacks: the cpu backend's fallback counters around one run ---- */
 
 #ifdef EMBER_TEST_HAVE_CPU
@@ -283,7 +431,7 @@ static bool fb_clean(const fb_snap *before, char *msg, size_t cap) {
 
 int main(int argc, char **argv) {
     const char *path = NULL, *filter = NULL, *only_dev = NULL;
-    bool verbose = false, no_fallbacks = false;
+    bool verbose = false, no_fallbacks = false, capture = false;
     const char *remote_addr = NULL, *remote_token_file = NULL; /* remote (issue 7) */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
@@ -294,11 +442,12 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) only_dev = argv[++i];
         else if (strcmp(argv[i], "--verbose") == 0) verbose = true;
         else if (strcmp(argv[i], "--no-fallbacks") == 0) no_fallbacks = true;
+        else if (strcmp(argv[i], "--capture") == 0) capture = true;
         else path = argv[i];
     }
     if (!path) {
         fprintf(stderr, "usage: conformance GOLDEN [--filter TEXT] [--device NAME] [--verbose] "
-                        "[--no-fallbacks]\n");
+                        "[--no-fallbacks] [--capture]\n");
         return 2;
     }
 #ifndef EMBER_TEST_HAVE_CPU
@@ -349,6 +498,13 @@ int main(int argc, char **argv) {
     printf("\n");
     em_device ref = {EM_BACKEND_REF, 0, false, EM_CKPT_NONE};
 
+    /* --capture: where each case's graph goes through a file */
+    char cap_file[512] = "";
+    if (capture) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(cap_file, sizeof cap_file, "%s/ember-conformance-%ld.graph",
+                 tmp && *tmp ? tmp : "/tmp", (long)getpid());
+    }
     long passed = 0, failed = 0, cases = 0;
     golden_case *c = calloc(1, sizeof *c);
     if (!c) return 2;
@@ -375,6 +531,66 @@ int main(int argc, char **argv) {
                 printf("FAIL %s [ref vs golden]: %s\n", c->name, msg);
                 failed++;
             }
+        }
+        /* --capture: the case captured, saved, loaded, replayed on every device */
+        if (capture) {
+            cap_result cr;
+            bool cok = capture_case(c, fn, cap_file, &cr, msg, sizeof msg);
+            /* indices are range-checked when the graph runs: the replays must fail */
+            const bool at_run = cok && c->error[0] && cr.status == EM_OK &&
+                                strcmp(c->error, "EM_ERR_ARG") == 0;
+            if (at_run) {
+                for (size_t d = 0; d < ndev && cok; d++) {
+                    run_result rr;
+                    cok = replay_on(c, cr.g, devs[d], &rr, msg, sizeof msg) &&
+                          check(c, &rr, NULL, 0, msg, sizeof msg);
+                    free_result(&rr);
+                }
+            } else if (cok && c->error[0]) {
+                if (strcmp(em_status_name(cr.status), c->error) != 0)
+                    snprintf(msg, sizeof msg, "expected %s, got %s: %s", c->error,
+                             em_status_name(cr.status), cr.error), cok = false;
+                else if (strcmp(cr.error, ref_r.error) != 0)
+                    snprintf(msg, sizeof msg, "message '%.200s', on ref '%.200s'", cr.error,
+                             ref_r.error), cok = false;
+            } else if (cok && cr.status != EM_OK) {
+                snprintf(msg, sizeof msg, "%s: %s", em_status_name(cr.status), cr.error);
+                cok = false;
+            }
+            if (!cok) {
+                printf("FAIL %s [capture]: %s\n", c->name, msg);
+                failed++;
+            } else if (!c->error[0]) {
+                for (size_t d = 0; d < ndev; d++) {
+                    char nm[64];
+                    em_device_name(devs[d], nm, sizeof nm);
+                    if (only_dev && strcmp(only_dev, nm) != 0) continue;
+                    run_result er, rr;
+                    bool dok = run_on(c, fn, devs[d], &er, msg, sizeof msg) &&
+                               replay_on(c, cr.g, devs[d], &rr, msg, sizeof msg);
+                    if (dok && rr.status != EM_OK)
+                        snprintf(msg, sizeof msg, "replay failed: %s: %s",
+                                 em_status_name(rr.status), rr.error), dok = false;
+                    /* ops a device may fuse are recorded composed: within the table's
+                     * tolerances of the eager run there (include/ember/graph.h) */
+                    if (dok && !same_bits(&rr, &er, msg, sizeof msg))
+                        dok = recorded_composed(c->op) &&
+                              check(c, &rr, er.out, er.nout, msg, sizeof msg);
+                    if (dok) {
+                        passed++;
+                    } else {
+                        printf("FAIL %s [replay on %s]: %s\n", c->name, nm, msg);
+                        failed++;
+                    }
+                    free_result(&er);
+                    free_result(&rr);
+                }
+            } else {
+                passed++;
+            }
+            em_graph_release(cr.g);
+            free_result(&ref_r);
+            continue;
         }
         /* 2. every other device against ref */
         for (size_t d = 0; d < ndev; d++) {
@@ -406,6 +622,7 @@ int main(int argc, char **argv) {
     golden_free(c);
     free(c);
     fclose(f);
+    if (capture) remove(cap_file);
     if (rc < 0) return 2;
     printf("conformance: %ld cases on %zu device(s)\n", cases, ndev);
     printf("%ld passed, %ld failed\n", passed, failed);

@@ -195,10 +195,13 @@ static void test_device_text(void **state) {
         {"ref+autodiff", "ref+autodiff", true, EM_CKPT_DISABLED},
         {"ref+autodiff:balanced", "ref+autodiff:balanced", true, EM_CKPT_BALANCED},
         {"ref:0+autodiff:balanced", "ref+autodiff:balanced", true, EM_CKPT_BALANCED},
+        {"capture", "capture", false, EM_CKPT_NONE},
+        {"capture+autodiff", "capture+autodiff", true, EM_CKPT_DISABLED},
     };
     for (size_t i = 0; i < sizeof OK / sizeof OK[0]; i++) {
         em_device d = parse_ok(OK[i].text);
-        assert_int_equal(d.backend, EM_BACKEND_REF);
+        assert_int_equal(d.backend, strncmp(OK[i].text, "capture", 7) == 0 ? EM_BACKEND_CAPTURE
+                                                                           : EM_BACKEND_REF);
         assert_int_equal(d.index, 0);
         assert_int_equal(d.autodiff, OK[i].autodiff);
         if (d.autodiff) assert_int_equal(d.checkpointing, OK[i].ckpt);
@@ -224,7 +227,7 @@ static void test_device_text(void **state) {
     } BAD[] = {
         {"cpu:1", EM_ERR_DEVICE},     {"cpu:0:0", EM_ERR_ARG},  {"opencl:1", EM_ERR_DEVICE},
         {"ref:99", EM_ERR_DEVICE},    {"remote:0", EM_ERR_DEVICE},
-        {"capture", EM_ERR_DEVICE},   {"hello world", EM_ERR_ARG}, {"ref;rm", EM_ERR_ARG},
+        {"capture:1", EM_ERR_DEVICE}, {"hello world", EM_ERR_ARG}, {"ref;rm", EM_ERR_ARG},
         {"ref+", EM_ERR_ARG},         {"", EM_ERR_ARG},          {"\xff\xfe", EM_ERR_ARG},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
