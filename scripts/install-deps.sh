@@ -15,6 +15,8 @@
 #   pocl-opencl-icd, clinfo                PoCL, an OpenCL driver on the CPU (CI runs the opencl
 #                                          backend's tests on it); clinfo lists OpenCL devices
 #   libsodium-dev                          the remote backend: HMAC-SHA256 challenge-response
+#   graphviz                               dot: renders ember-graph --dot's pictures of captured
+#                                          graphs (test_graph_show renders its own with it)
 #
 # With --bench it also installs what bench/ compares against: python3-torch (PyTorch) and
 # libtorch-dev (its C++ API, for at::add). Large; the tests do not need them.
@@ -22,7 +24,7 @@ set -euo pipefail
 
 packages=(cmake ninja-build gcc g++ clang libclang-rt-dev pkg-config libopenblas-dev libcmocka-dev
           python3-numpy libcjson-dev zlib1g-dev dataset-fashion-mnist
-          ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libsodium-dev)
+          ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libsodium-dev graphviz)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(python3-torch libtorch-dev)
 fi

@@ -54,17 +54,14 @@ static uint32_t sh_buf_of(const em_graph *g, const rw_view *v) {
     return v->id >= 1 && v->id <= g->nbufs ? (uint32_t)(v->id - 1) : UINT32_MAX;
 }
 
-/* Bit i: view i of the slot is written by the kernel (record.c's gr_outputs_of). */
-static unsigned sh_outputs_of(rw_slot slot) {
-    switch (slot) {
-    case RW_K_SORT: case RW_K_MAX_POOL2D: case RW_K_CUMULATIVE: return 3u;
-    default: return 1u;
-    }
-}
-
-/* Bit i: view i of the slot is read by the kernel (scatter_add adds into what out holds). */
-static unsigned sh_inputs_of(rw_slot slot) {
-    return slot == RW_K_SCATTER_ADD ? 0xFu : 0xFu & ~sh_outputs_of(slot);
+/* Bit i: view i of a call of the slot is read by it: every view but its outputs
+ * (gr_outputs_of), and also what scatter_add adds into and the running statistics that
+ * batch_norm updates. */
+static unsigned sh_reads_of(rw_slot slot) {
+    const unsigned all = (1u << RW_MAX_VIEWS) - 1u;
+    if (slot == RW_K_SCATTER_ADD) return all;
+    if (slot == RW_K_BATCH_NORM) return all & ~0x7u;
+    return all & ~gr_outputs_of(slot);
 }
 
 /* ---- op families ---- */
@@ -129,7 +126,9 @@ static void sh_family_name(rw_slot slot, int sub, char *out, size_t cap) {
  * reductions and cumulative ops 1 per element read (var and logsumexp 3), softmax 5 and
  * layer_norm 5 per element (+1 each for weight and bias), pooling 1 per window tap. Ops
  * that only move, select or make values (fill, arange, random, copy, where, gather,
- * index_select, sort) and ops on integer or bool data count 0. */
+ * index_select, sort) and ops on integer or bool data count 0. The fused normalization calls
+ * (GR_ALT steps) count nothing either: the composition recorded after each is what is
+ * counted. */
 static int64_t sh_flops(const rw_kernel *k) {
     const rw_view *v = k->views;
     switch (k->slot) {
@@ -198,8 +197,16 @@ static bool sh_is_state(const gr_buffer *b) { return b->setup && !b->freed && b-
 
 static em_status sh_stats(const char *fn, const em_graph *g, em_graph_stats *out) {
     memset(out, 0, sizeof *out);
-    uint8_t *alive = sh_alive_after_setup(g);
-    if (!alive) return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    uint8_t *alive = sh_alive_after_setup(g), *output = calloc(g->nbufs ? g->nbufs : 1, 1);
+    if (!alive || !output) {
+        free(alive);
+        free(output);
+        return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    }
+    for (int i = 0; i < g->noutputs; i++) {
+        const uint32_t b = sh_buf_of(g, &g->outputs[i].view);
+        if (b != UINT32_MAX) output[b] = 1;
+    }
     out->buffers = g->nbufs;
     int64_t live = 0; /* when a run starts: what the setup left, and the inputs */
     for (uint32_t b = 0; b < g->nbufs; b++) {
@@ -219,15 +226,18 @@ static em_status sh_stats(const char *fn, const em_graph *g, em_graph_stats *out
             else out->flops = sh_add(out->flops, sh_flops(&st->k));
         } else if (!setup && (st->type == GR_ALLOC || st->type == GR_FREE) &&
                    st->buf < g->nbufs) {
-            /* a run's own buffers: the state and the inputs are counted from the start */
+            /* a run's own buffers: the state and the inputs are counted from the start, and
+             * an output's buffer is kept to the end of the run even when its handle was
+             * dropped in the capture */
             const gr_buffer *gb = &g->bufs[st->buf];
-            if (gb->setup || gb->input >= 0) continue;
+            if (gb->setup || gb->input >= 0 || (st->type == GR_FREE && output[st->buf])) continue;
             const int64_t n = sh_bytes(gb->bytes);
             live = sh_add(live, st->type == GR_ALLOC ? n : -n);
             if (live > out->peak_bytes) out->peak_bytes = live;
         }
     }
     free(alive);
+    free(output);
     return EM_OK;
 }
 
@@ -375,10 +385,12 @@ em_status em_graph_write_summary(const em_graph *g, FILE *f) {
         free(dts);
         return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
     }
-    int64_t flops[2] = {0, 0}, calls[2] = {0, 0};
+    int64_t flops[2] = {0, 0}, calls[2] = {0, 0}, alts[RW_K_COUNT] = {0}, nalts = 0;
     for (uint64_t i = 0; i < g->nsteps; i++) {
         const gr_step *s = &g->steps[i];
-        if (s->type != GR_KERNEL || (unsigned)s->k.slot >= RW_K_COUNT) continue;
+        if ((unsigned)s->k.slot >= RW_K_COUNT) continue;
+        if (s->type == GR_ALT) alts[s->k.slot]++, nalts++;
+        if (s->type != GR_KERNEL) continue;
         const int part = i >= g->setup_end, sub = sh_family_sub(&s->k);
         sh_family *fm = &fam[(size_t)s->k.slot * SH_SUBS + (size_t)sub];
         const int64_t fl = sh_flops(&s->k);
@@ -428,6 +440,14 @@ em_status em_graph_write_summary(const em_graph *g, FILE *f) {
                                                      "----------------------------------------"
                                                      "----------------------------------------");
         fprintf(f, "  %-*s  %10s  %10s  %10s  %10s\n", fw, name, c0, f0, c1, f1);
+    }
+    if (nalts) {
+        /* the fused calls recorded beside their compositions (counted above) */
+        fprintf(f, "  fused alternatives:");
+        for (int sl = 0, n = 0; sl < RW_K_COUNT; sl++)
+            if (alts[sl])
+                fprintf(f, "%s %s %lld", n++ ? "," : "", rw_slots[sl].name, (long long)alts[sl]);
+        fprintf(f, "\n  (a device with the kernel runs each in place of its composition)\n");
     }
 
     /* the totals */
@@ -523,42 +543,38 @@ static void sh_escape(FILE *f, const char *s) {
     }
 }
 
-/* The named state whose view is of buffer b, or NULL. */
-static const char *sh_state_name(const em_graph *g, uint32_t b) {
-    for (int i = 0; i < g->nstates; i++)
-        if (sh_buf_of(g, &g->states[i].view) == b) return g->states[i].name;
-    return NULL;
+/* Writes the node of state buffer b: `s<b>` as the setup left it, or (updated) `u<b>` as the
+ * step leaves it. Labelled by the named state that views it, else "param <b>" (not freed by
+ * the end: a parameter, optimizer state) or "setup <b>" (a setup value the step lets go). */
+static void sh_state_node(sh_dot *d, uint32_t b, bool updated) {
+    const em_graph *g = d->g;
+    const gr_named *named = NULL;
+    for (int i = 0; i < g->nstates && !named; i++)
+        if (sh_buf_of(g, &g->states[i].view) == b) named = &g->states[i];
+    fprintf(d->f, "  %c%u [label=\"", updated ? 'u' : 's', b);
+    if (named) sh_escape(d->f, named->name);
+    else fprintf(d->f, "%s %u", sh_is_state(&g->bufs[b]) ? "param" : "setup", b);
+    fprintf(d->f, "%s\\n", updated ? " (updated)" : "");
+    if (named) {
+        char shape[256];
+        sh_shape(&named->view, shape, sizeof shape);
+        fprintf(d->f, "%s %s", sh_dtype_name(named->dtype), shape);
+    } else {
+        fprintf(d->f, "%llu B", (unsigned long long)g->bufs[b].bytes);
+    }
+    fprintf(d->f, "\", shape=cylinder, fillcolor=\"#fff3bf\"%s];\n",
+            updated ? ", style=\"filled,dashed\"" : "");
 }
 
 /* Writes the node of a setup buffer or of data written in the step, once. */
 static void sh_show_source(sh_dot *d, sh_node x) {
-    const em_graph *g = d->g;
     const uint32_t b = (uint32_t)x.n;
     if ((x.kind != SH_STATE && x.kind != SH_DATA) || d->shown[b]) return;
     d->shown[b] = 1;
-    if (x.kind == SH_DATA) {
+    if (x.kind == SH_STATE) sh_state_node(d, b, false);
+    else
         fprintf(d->f, "  d%u [label=\"data\\n%llu B\", shape=note, fillcolor=\"#eeeeee\"];\n",
-                b, (unsigned long long)g->bufs[b].bytes);
-        return;
-    }
-    fprintf(d->f, "  s%u [label=\"", b);
-    const char *name = sh_state_name(g, b);
-    if (name) {
-        for (int i = 0; i < g->nstates; i++)
-            if (sh_buf_of(g, &g->states[i].view) == b) {
-                char shape[256];
-                sh_shape(&g->states[i].view, shape, sizeof shape);
-                sh_escape(d->f, name);
-                fprintf(d->f, "\\n%s %s", sh_dtype_name(g->states[i].dtype), shape);
-                break;
-            }
-    } else {
-        /* not freed by the end: state (a parameter, optimizer state); else a setup value
-         * that the step lets go */
-        fprintf(d->f, "%s %u\\n%llu B", sh_is_state(&g->bufs[b]) ? "param" : "setup", b,
-                (unsigned long long)g->bufs[b].bytes);
-    }
-    fprintf(d->f, "\", shape=cylinder, fillcolor=\"#fff3bf\"];\n");
+                b, (unsigned long long)d->g->bufs[b].bytes);
 }
 
 /* Edges from what buffer b holds to node `to` (unless already drawn from there: `seen`,
@@ -578,11 +594,13 @@ static void sh_edges_from(sh_dot *d, uint32_t b, const char *to, sh_node *seen, 
     }
 }
 
+/* Writes the node of the call at `step` (a GR_KERNEL, or a GR_ALT: drawn double, standing for
+ * its composition), its edges from what it reads, and makes it what its outputs hold. */
 static void sh_dot_kernel(sh_dot *d, uint64_t step) {
     const em_graph *g = d->g;
     const rw_kernel *k = &g->steps[step].k;
     if ((unsigned)k->slot >= RW_K_COUNT) return;
-    const unsigned outs = sh_outputs_of(k->slot), ins = sh_inputs_of(k->slot);
+    const unsigned outs = gr_outputs_of(k->slot), ins = sh_reads_of(k->slot);
     const int nviews = rw_slots[k->slot].nviews;
     /* the node: its family, and the dtype and shape of its first output */
     int first = -1;
@@ -597,11 +615,12 @@ static void sh_dot_kernel(sh_dot *d, uint64_t step) {
         sh_shape(&k->views[first], shape, sizeof shape);
         fprintf(d->f, " %s %s", sh_dtype_name(k->views[first].dtype), shape);
     }
-    fprintf(d->f, "\"%s];\n", heavy ? ", penwidth=2" : "");
+    fprintf(d->f, "\"%s%s];\n", heavy ? ", penwidth=2" : "",
+            g->steps[step].type == GR_ALT ? ", peripheries=2" : "");
     /* edges from what it reads */
     char me[32];
     snprintf(me, sizeof me, "k%llu", (unsigned long long)step);
-    sh_node seen[4 * SH_MAX_WRITERS];
+    sh_node seen[RW_MAX_VIEWS * SH_MAX_WRITERS];
     int nseen = 0;
     for (int i = 0; i < nviews; i++) {
         if (!(ins >> i & 1u) || !sh_present(k, i)) continue;
@@ -622,6 +641,8 @@ static void sh_dot_kernel(sh_dot *d, uint64_t step) {
     }
 }
 
+#define SH_BIG_STEP 300
+
 static em_status sh_dot_write(sh_dot *d) {
     const em_graph *g = d->g;
     FILE *f = d->f;
@@ -631,11 +652,16 @@ static em_status sh_dot_write(sh_dot *d) {
     sh_si(st.flops, fl, sizeof fl);
     fprintf(f, "digraph ember_step {\n"
                "  graph [rankdir=TB, fontname=\"Helvetica\", fontsize=11, labelloc=t, "
-               "label=\"step: %lld kernel calls, %sFLOPs\"];\n"
+               "label=\"step: %lld kernel calls, %s FLOPs\"];\n"
                "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#ffffff\", "
                "fontname=\"Helvetica\", fontsize=9, height=0.3];\n"
                "  edge [arrowsize=0.6, color=\"#555555\"];\n",
             (long long)(st.kernels - st.setup_kernels), fl);
+    /* a big step: fewer of dot's layout passes (its defaults take many minutes on a training
+     * step of a thousand calls, whose activations' edges reach from the forward to the
+     * backward) */
+    if (st.kernels - st.setup_kernels > SH_BIG_STEP)
+        fprintf(f, "  graph [nslimit=2, nslimit1=2, mclimit=0.2];\n");
     /* the setup, collapsed: what it left alive holds its state node */
     for (uint32_t b = 0; b < g->nbufs; b++)
         if (g->bufs[b].setup && d->alive[b]) sh_set_writer(d, b, (sh_node){SH_STATE, b}, true);
@@ -650,9 +676,14 @@ static em_status sh_dot_write(sh_dot *d) {
         const uint32_t b = sh_buf_of(g, &g->inputs[i].view);
         if (b != UINT32_MAX) sh_set_writer(d, b, (sh_node){SH_INPUT, (uint64_t)i}, true);
     }
-    /* the step */
+    /* the step; a fused call (GR_ALT) stands for its composition, whose calls are skipped
+     * (the buffers it makes for itself are alive only within it) */
+    bool in_alt = false;
     for (uint64_t i = g->setup_end; i < g->nsteps && !d->nomem; i++) {
         const gr_step *s = &g->steps[i];
+        if (s->type == GR_ALT || s->type == GR_ALT_END) in_alt = s->type == GR_ALT;
+        if (s->type == GR_ALT) sh_dot_kernel(d, i);
+        if (in_alt && (s->type == GR_KERNEL || s->type == GR_WRITE)) continue;
         if (s->buf >= g->nbufs && s->type != GR_KERNEL) continue;
         switch (s->type) {
         case GR_ALLOC:
@@ -684,20 +715,20 @@ static em_status sh_dot_write(sh_dot *d) {
         int nseen = 0;
         if (b != UINT32_MAX) sh_edges_from(d, b, id, seen, &nseen, SH_MAX_WRITERS, "");
     }
-    /* the state the step updated: a dashed edge back from the calls that wrote it last */
+    /* the state the step updated: its value for the next run, from the calls that wrote it
+     * last (a node of its own, not an edge back up: long edges cost dot dearly) */
     for (uint32_t b = 0; b < g->nbufs; b++) {
         if (!g->bufs[b].setup || !d->alive[b] || !g->bufs[b].written) continue;
         const sh_writers *w = &d->wr[b];
         bool updated = false;
         for (uint32_t i = 0; i < w->n; i++) updated = updated || w->w[i].kind != SH_STATE;
         if (!updated) continue;
-        sh_show_source(d, (sh_node){SH_STATE, b});
+        sh_state_node(d, b, true);
         char id[32];
-        snprintf(id, sizeof id, "s%u", b);
+        snprintf(id, sizeof id, "u%u", b);
         sh_node seen[SH_MAX_WRITERS];
         int nseen = 0;
-        sh_edges_from(d, b, id, seen, &nseen, SH_MAX_WRITERS,
-                      " [style=dashed, color=\"#b08800\", constraint=false]");
+        sh_edges_from(d, b, id, seen, &nseen, SH_MAX_WRITERS, "");
     }
     fprintf(f, "}\n");
     return d->nomem ? emi_fail(EM_ERR_NOMEM, "em_graph_write_dot: out of memory") : EM_OK;
@@ -726,7 +757,6 @@ em_status em_graph_write_dot(const em_graph *g, const char *path) {
                 s = emi_fail(EM_ERR_IO, "%s: writing '%s' failed: %s", fn, path,
                              strerror(bad ? err : errno));
         }
-        if (s != EM_OK) remove(path);
     }
     for (size_t b = 0; d.wr && b < n; b++) free(d.wr[b].w);
     free(d.wr);
