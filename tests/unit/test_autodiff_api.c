@@ -7,6 +7,7 @@
  * few ops (mul, add, sum, cast, one_hot, to_device).
  */
 #include "errcheck.h"
+#include "ember/nn.h"
 
 /* A call that must fail with `want`, naming `fn` (no tensor out-parameter to watch). */
 #define EXPECT_FAIL(want, fn, call)                                                          \
@@ -241,6 +242,55 @@ static void test_grads_get(void **state) {
     em_tensor_release(plain);
     em_tensor_release(unused);
     em_tensor_release(x);
+    CHECKS_DONE();
+}
+
+/* em_grads_create / em_grads_set: gradients made elsewhere (a replayed graph's outputs) handed
+ * to em_optimizer_step; bad arguments are statuses with messages. */
+static void test_grads_set(void **state) {
+    (void)state;
+    const double v[2] = {1.0, 2.0}, gv[2] = {0.5, -1.0}, g2v[2] = {2.0, 4.0};
+    em_device ad = disabled_dev();
+    em_tensor *p = param(ad, v, 2), *gr = vec(ref_dev(), gv, 2), *g2 = vec(ref_dev(), g2v, 2);
+    em_tensor *other = vec(ad, v, 2), *short_g = vec(ref_dev(), v, 1), *l = NULL;
+    em_tensor *f32 = NULL;
+    OK(em_cast(gr, EM_F32, &f32));
+    OK(em_mul(p, p, &l)); /* tracked: no gradient */
+    em_grads *g = NULL;
+    EXPECT_FAIL(EM_ERR_ARG, "em_grads_create", em_grads_create(NULL));
+    OK(em_grads_create(&g));
+    EXPECT_FAIL(EM_ERR_ARG, "em_grads_set", em_grads_set(NULL, p, gr));
+    EXPECT_FAIL(EM_ERR_ARG, "em_grads_set", em_grads_set(g, NULL, gr));
+    EXPECT_FAIL(EM_ERR_ARG, "em_grads_set", em_grads_set(g, p, NULL));
+    EXPECT_FAIL(EM_ERR_STATE, "em_grads_set", em_grads_set(g, other, gr)); /* not a leaf */
+    EXPECT_FAIL(EM_ERR_STATE, "em_grads_set", em_grads_set(g, p, l));     /* tracked grad */
+    EXPECT_FAIL(EM_ERR_SHAPE, "em_grads_set", em_grads_set(g, p, short_g));
+    EXPECT_FAIL(EM_ERR_DTYPE, "em_grads_set", em_grads_set(g, p, f32));
+    em_device cpu;
+    if (em_device_parse("cpu", &cpu) == EM_OK) {
+        em_tensor *gc = vec(cpu, gv, 2);
+        EXPECT_FAIL(EM_ERR_DEVICE, "em_grads_set", em_grads_set(g, p, gc));
+        em_tensor_release(gc);
+    }
+    /* set, replaced, read back, and stepped on: p - lr * g */
+    OK(em_grads_set(g, p, g2));
+    OK(em_grads_set(g, p, gr));
+    em_tensor *back = grad_of(g, p);
+    expect_vals(back, gv, 2, "the gradient set last");
+    em_tensor_release(back);
+    em_params *ps = NULL;
+    em_optimizer *opt = NULL;
+    OK(em_params_create(&ps));
+    OK(em_params_add(ps, "p", &p));
+    OK(em_optimizer_sgd(ps, 0.5, 0, 0, &opt));
+    OK(em_optimizer_step(opt, g, 1.0));
+    const double want[2] = {1.0 - 0.25, 2.0 + 0.5};
+    expect_vals(p, want, 2, "p - 0.5 * g");
+    em_optimizer_release(opt);
+    em_params_release(ps);
+    em_grads_release(g);
+    em_tensor *all[] = {p, gr, g2, other, short_g, l, f32};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) em_tensor_release(all[i]);
     CHECKS_DONE();
 }
 
@@ -645,6 +695,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_require_grad),    cmocka_unit_test(test_backward_errors),
         cmocka_unit_test(test_grads_get),       cmocka_unit_test(test_grad_mark),
+        cmocka_unit_test(test_grads_set),
         cmocka_unit_test(test_mixed_strategies), cmocka_unit_test(test_promotion),
         cmocka_unit_test(test_detach),          cmocka_unit_test(test_inplace_on_marked),
         cmocka_unit_test(test_int_on_autodiff),
