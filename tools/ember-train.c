@@ -280,97 +280,126 @@ static em_status build_model(const char *kind, em_device dev, uint64_t seed, em_
 }
 
 /** Test accuracy of model over ds, in batches (eval mode; the caller turns recording off). */
-/* ---- --capture (image models): the step's forward and backward captured once ----
+/* ---- --capture (image models): the whole training step captured once ----
  *
  * The model is built a second time on the capture device (capture+autodiff, with the run's
- * checkpointing); its parameters and buffers are replaced by graph inputs, and the images and
- * labels of a batch are inputs too; the loss and every parameter's gradient are the outputs.
- * Prepared on the device, the graph is replayed for every full batch, with the real model's
- * tensors as inputs (bound in place: no copy; batch norm's running statistics are written
- * back as the eager step writes them), and the optimizer steps there as it does eagerly (a
- * last partial batch runs eagerly): any optimizer and learning rate, the loss curve of eager
- * training. */
+ * checkpointing) with an optimizer of the run's kind and settings, made in the graph's setup;
+ * the model's parameters and buffers and the optimizer's state (its moments or momentum, and
+ * each parameter's step count, which Adam's bias correction reads at every run) are replaced by
+ * graph inputs, and the images and labels of a batch are inputs too; the loss is the output.
+ * The step recorded is the forward pass, the backward pass and the optimizer's step. Prepared
+ * on the device, the graph is replayed for every full batch with the real model's tensors and
+ * the optimizer state's (made here: zero moments, count 0, as a new optimizer's) as inputs,
+ * updated in place as the eager step updates them (batch norm's running statistics too). A
+ * last partial batch replays a second graph captured for its size, over the same tensors: any
+ * optimizer, the loss curve of eager training. */
 typedef struct cap_step {
     em_graph *g;
     em_exec *e;
-    size_t np, ns;             /* parameters; parameters and buffers (the graph's inputs) */
-    const em_tensor **inputs;  /* the real model's state, then the batch */
-    em_tensor **outputs;       /* the loss, then one gradient per parameter */
+    int64_t batch;             /* the batch size it was captured for */
+    size_t ns, no;             /* the model's state and the optimizer's: the graph's inputs */
+    const em_tensor **inputs;  /* the real model's state, the optimizer's, then the batch */
 } cap_step;
+
+/* The optimizer state the captured steps share (the eager optimizer is not used). */
+typedef struct cap_opt {
+    em_tensor **t;
+    size_t n;
+} cap_opt;
+
+static void cap_opt_release(cap_opt *o) {
+    for (size_t i = 0; i < o->n; i++) em_tensor_release(o->t[i]);
+    free(o->t);
+    memset(o, 0, sizeof *o);
+}
 
 static void cap_step_release(cap_step *cs) {
     em_exec_release(cs->e);
     em_graph_release(cs->g);
     free(cs->inputs);
-    free(cs->outputs);
     memset(cs, 0, sizeof *cs);
 }
 
-/* Captures the step of c->model with batches of c->batch images of rows x cols, for the
- * model whose state is `state` (its parameters first: em_module_state lists each module's
- * parameters, then its buffers; `params` says which are parameters) on inner. */
+static em_status make_optimizer(const config *c, const em_params *params, em_optimizer **opt);
+
+/* Captures the step of c->model with batches of `batch` images of rows x cols, for the model
+ * whose state is `state` (its parameters first: em_module_state lists each module's
+ * parameters, then its buffers) on inner; the optimizer's state is ost's tensors (made on
+ * inner the first time, as a new optimizer's state). */
 static em_status cap_step_make(const config *c, em_device dev, em_device inner,
-                               em_params *params, em_params *state, int64_t rows, int64_t cols,
-                               cap_step *cs) {
-    em_device cap;
-    em_status s = em_device_parse("capture", &cap);
-    if (s == EM_OK) s = em_device_autodiff(cap, dev.checkpointing, &cap);
+                               em_params *state, int64_t batch, int64_t rows, int64_t cols,
+                               cap_opt *ost, cap_step *cs) {
+    em_device cap, plain; /* the model's device; the optimizer state's (untracked) */
+    em_status s = em_device_parse("capture", &plain);
+    if (s == EM_OK) s = em_device_autodiff(plain, dev.checkpointing, &cap);
     em_module *m = NULL;
-    em_params *mp = NULL, *ms = NULL;
+    em_params *mp = NULL, *ms = NULL, *os = NULL;
+    em_optimizer *opt = NULL;
     em_tensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
     em_grads *g = NULL;
     memset(cs, 0, sizeof *cs);
+    cs->batch = batch;
     if (s == EM_OK) s = em_graph_begin(&cs->g);
     if (s == EM_OK) s = build_model(c->model, cap, c->seed, &m);
     if (s == EM_OK) s = em_params_create(&mp);
     if (s == EM_OK) s = em_params_create(&ms);
+    if (s == EM_OK) s = em_params_create(&os);
     if (s == EM_OK) s = em_module_params(m, NULL, mp);
     if (s == EM_OK) s = em_module_state(m, NULL, ms);
+    /* the optimizer, in the setup: its state is made now */
+    if (s == EM_OK) s = make_optimizer(c, mp, &opt);
+    if (s == EM_OK) s = em_optimizer_state(opt, os);
     cs->ns = ms ? em_params_count(ms) : 0;
-    cs->np = mp ? em_params_count(mp) : 0;
-    if (s == EM_OK && (cs->ns != em_params_count(state) || cs->np != em_params_count(params)))
+    cs->no = os ? em_params_count(os) : 0;
+    if (s == EM_OK && cs->ns != em_params_count(state))
         s = em_backend_set_error(EM_ERR_STATE, "--capture: the captured model differs");
-    if (s == EM_OK) {
-        cs->inputs = calloc(cs->ns + 2, sizeof *cs->inputs);
-        cs->outputs = calloc(cs->np + 1, sizeof *cs->outputs);
-        if (!cs->inputs || !cs->outputs) s = em_backend_set_error(EM_ERR_NOMEM, "out of memory");
+    if (s == EM_OK && ost->t && ost->n != cs->no)
+        s = em_backend_set_error(EM_ERR_STATE, "--capture: the captured optimizer differs");
+    if (s == EM_OK && !ost->t) { /* a new optimizer's state: zeros, step counts 0 */
+        ost->t = calloc(cs->no + 1, sizeof *ost->t);
+        if (!ost->t) s = em_backend_set_error(EM_ERR_NOMEM, "out of memory");
+        else ost->n = cs->no;
+        for (size_t i = 0; s == EM_OK && i < cs->no; i++) {
+            const em_tensor *t = em_params_get(os, i);
+            s = em_zeros(em_tensor_shape(t), em_tensor_rank(t), em_tensor_dtype(t), inner,
+                         &ost->t[i]);
+        }
     }
-    /* the state becomes the graph's inputs, named after it */
-    for (size_t i = 0; s == EM_OK && i < cs->ns; i++) {
-        em_tensor **slot = em_params_slot(ms, i), *in = NULL;
-        const em_tensor *real = *em_params_slot(state, i);
+    if (s == EM_OK) {
+        cs->inputs = calloc(cs->ns + cs->no + 2, sizeof *cs->inputs);
+        if (!cs->inputs) s = em_backend_set_error(EM_ERR_NOMEM, "out of memory");
+    }
+    /* the model's state, then the optimizer's, become the graph's inputs, named after them */
+    for (size_t i = 0; s == EM_OK && i < cs->ns + cs->no; i++) {
+        const bool model = i < cs->ns;
+        em_params *list = model ? ms : os;
+        const size_t j = model ? i : i - cs->ns;
+        em_tensor **slot = em_params_slot(list, j), *in = NULL;
         char name[160];
-        snprintf(name, sizeof name, "state.%s", em_params_name(ms, i));
+        snprintf(name, sizeof name, "%s.%s", model ? "state" : "opt", em_params_name(list, j));
         s = em_graph_input(cs->g, name, em_tensor_dtype(*slot), em_tensor_shape(*slot),
-                           em_tensor_rank(*slot), cap, &in);
-        if (s == EM_OK && em_tensor_requires_grad(*slot)) s = em_tensor_require_grad(in);
+                           em_tensor_rank(*slot), model ? cap : plain, &in);
+        if (s == EM_OK && model && em_tensor_requires_grad(*slot)) s = em_tensor_require_grad(in);
         if (s == EM_OK) {
             em_tensor_release(*slot);
             *slot = in;
-            cs->inputs[i] = real;
+            cs->inputs[i] = model ? *em_params_slot(state, j) : ost->t[j];
         } else {
             em_tensor_release(in);
         }
     }
-    const int64_t xs[4] = {c->batch, 1, rows, cols}, ys[1] = {c->batch};
+    const int64_t xs[4] = {batch, 1, rows, cols}, ys[1] = {batch};
     if (s == EM_OK) s = em_graph_input(cs->g, "images", EM_F32, xs, 4, cap, &x);
     if (s == EM_OK) s = em_graph_input(cs->g, "labels", EM_I64, ys, 1, cap, &y);
     if (s == EM_OK) s = em_module_forward(m, x, true, &logits);
     if (s == EM_OK) s = em_loss_cross_entropy(logits, y, &loss);
     if (s == EM_OK) s = em_backward(loss, &g);
+    if (s == EM_OK) s = em_optimizer_step(opt, g, 1.0);
     if (s == EM_OK) s = em_graph_output(cs->g, "loss", loss);
-    for (size_t i = 0; s == EM_OK && i < cs->np; i++) {
-        em_tensor *gr = NULL;
-        char name[160];
-        snprintf(name, sizeof name, "grad.%s", em_params_name(mp, i));
-        s = em_grads_get(g, *em_params_slot(mp, i), &gr);
-        if (s == EM_OK && !gr) s = em_backend_set_error(EM_ERR_STATE, "--capture: %s has no gradient", name);
-        if (s == EM_OK) s = em_graph_output(cs->g, name, gr);
-        em_tensor_release(gr);
-    }
     em_grads_release(g);
     em_tensor_release(loss), em_tensor_release(logits), em_tensor_release(x), em_tensor_release(y);
-    em_params_release(mp), em_params_release(ms), em_module_release(m);
+    em_optimizer_release(opt);
+    em_params_release(os), em_params_release(mp), em_params_release(ms), em_module_release(m);
     if (cs->g) {
         em_status e = em_graph_end(cs->g);
         if (s == EM_OK) s = e;
@@ -380,24 +409,17 @@ static em_status cap_step_make(const config *c, em_device dev, em_device inner,
     return s;
 }
 
-/* One replayed step on the batch (x, y): *loss_value, and the optimizer's step. */
-static em_status cap_step_run(cap_step *cs, em_params *params, em_optimizer *opt,
-                              const em_tensor *x, const em_tensor *y, double *loss_value) {
-    cs->inputs[cs->ns] = x;
-    cs->inputs[cs->ns + 1] = y;
-    em_status s = em_exec_run(cs->e, cs->inputs, (int)cs->ns + 2, cs->outputs, (int)cs->np + 1);
-    if (s != EM_OK) return s;
-    em_grads *g = NULL;
-    s = em_tensor_item(cs->outputs[0], loss_value);
-    if (s == EM_OK) s = em_grads_create(&g);
-    for (size_t i = 0; s == EM_OK && i < cs->np; i++)
-        s = em_grads_set(g, *em_params_slot(params, i), cs->outputs[1 + i]);
-    if (s == EM_OK) s = em_optimizer_step(opt, g, 1.0);
-    em_grads_release(g);
-    for (size_t i = 0; i <= cs->np; i++) {
-        em_tensor_release(cs->outputs[i]);
-        cs->outputs[i] = NULL;
-    }
+/* One replayed step on the batch (x, y): the model and the optimizer state updated in place,
+ * *loss_value. */
+static em_status cap_step_run(cap_step *cs, const em_tensor *x, const em_tensor *y,
+                              double *loss_value) {
+    const size_t n = cs->ns + cs->no;
+    cs->inputs[n] = x;
+    cs->inputs[n + 1] = y;
+    em_tensor *out[1] = {NULL};
+    em_status s = em_exec_run(cs->e, cs->inputs, (int)n + 2, out, 1);
+    if (s == EM_OK) s = em_tensor_item(out[0], loss_value);
+    em_tensor_release(out[0]);
     return s;
 }
 
@@ -810,7 +832,9 @@ int main(int argc, char **argv) {
     em_params *params = NULL, *state = NULL;
     em_optimizer *opt = NULL;
     int64_t *perm = NULL;
-    cap_step cs = {0};
+    cap_step cs[2] = {{0}}; /* full batches; the last partial one */
+    cap_opt ost = {0};
+    int64_t rows = 0, cols = 0;
     rc = 1;
     char devname[64] = "";
     em_device_name(dev, devname, sizeof devname);
@@ -822,14 +846,14 @@ int main(int argc, char **argv) {
     if (c.load != NULL) TRY(em_module_load(model, c.load));
     TRY(make_optimizer(&c, params, &opt));
     if (c.capture && !c.eval_only) {
-        int64_t rows = 0, cols = 0;
         TRY(em_params_create(&state));
         TRY(em_module_state(model, NULL, state));
         TRY(em_dataset_shape(train, &rows, &cols));
         double t0 = now_s();
-        TRY(cap_step_make(&c, dev, inner, params, state, rows, cols, &cs));
-        printf("ember-train: captured the step: %lld kernel calls, prepared in %.3f s\n",
-               (long long)em_graph_kernel_count(cs.g), now_s() - t0);
+        TRY(cap_step_make(&c, dev, inner, state, c.batch, rows, cols, &ost, &cs[0]));
+        printf("ember-train: captured the step (forward, backward, %s): %lld kernel calls, "
+               "prepared in %.3f s\n", c.optimizer, (long long)em_graph_kernel_count(cs[0].g),
+               now_s() - t0);
     }
 
     int64_t n = em_dataset_size(train);
@@ -871,8 +895,12 @@ int main(int argc, char **argv) {
             em_grads *g = NULL;
             double lv = 0;
             em_status s = em_dataset_batch(train, perm + b, m, inner, &x, &y);
-            if (s == EM_OK && cs.e && (long)m == c.batch) {
-                s = cap_step_run(&cs, params, opt, x, y, &lv);
+            if (s == EM_OK && cs[0].e && (long)m != c.batch && cs[1].batch != (int64_t)m) {
+                cap_step_release(&cs[1]); /* the last partial batch: its own graph */
+                s = cap_step_make(&c, dev, inner, state, (int64_t)m, rows, cols, &ost, &cs[1]);
+            }
+            if (s == EM_OK && cs[0].e) {
+                s = cap_step_run(&cs[(long)m == c.batch ? 0 : 1], x, y, &lv);
                 em_tensor_release(x), em_tensor_release(y);
                 if (s != EM_OK) {
                     if (tty) printf("\n");
@@ -922,7 +950,9 @@ int main(int argc, char **argv) {
     rc = 0;
 fail:
     free(perm);
-    cap_step_release(&cs);
+    cap_step_release(&cs[0]);
+    cap_step_release(&cs[1]);
+    cap_opt_release(&ost);
     em_optimizer_release(opt);
     em_params_release(params);
     em_params_release(state);

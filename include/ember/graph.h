@@ -21,14 +21,21 @@
  *     with em_graph_output.
  * Random ops record their seed: each run draws the same numbers. Index values (gather,
  * embedding, cross_entropy targets) are range-checked when the graph runs, not when it is
- * recorded. On `capture+autodiff`, em_backward records the backward pass too, so a whole
- * training step is one graph.
+ * recorded. On `capture+autodiff`, em_backward records the backward pass too, and
+ * em_optimizer_step the optimizer's step (SGD, Adam, AdamW), so a whole training step is one
+ * graph. Adam's bias correction changes with the step count: a captured Adam / AdamW step is
+ * one graph-only call that reads each parameter's step count from a tensor of the graph (the
+ * optimizer's "<name>.step", made in the setup with the optimizer) at every run and advances
+ * it, so N runs take N successive steps with the bits of N eager steps on the replay device.
+ * Make the optimizer (and load its state) before the first em_graph_input: its moments and
+ * counts are then state.
  *
  * The kernels recorded are the backend table's basic slots (include/ember/backend.h); ops
- * that a device may fuse (batch_norm, group_norm, rms_norm, attention, the optimizers'
- * steps, unary ops' gradients) are recorded composed from them, so a replay on a device with
- * fused kernels for them matches its eager run within the conformance table's tolerances,
- * and every other op bit for bit.
+ * that a device may fuse (attention, SGD's step, unary ops' gradients) are recorded composed
+ * from them, so a replay on a device with fused kernels for them matches its eager run within
+ * the conformance table's tolerances, and every other op bit for bit; batch, group and RMS
+ * norm are recorded as the fused call and its composition, each device running the form its
+ * eager run takes.
  *
  * Ownership: an em_graph is owned by its creator (em_graph_begin, em_graph_load) and released
  * with em_graph_release; an em_exec holds a reference to its graph, so the graph may be

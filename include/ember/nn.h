@@ -423,7 +423,12 @@ em_status em_optimizer_adamw(const em_params *params, double lr, double beta1, d
 /** Updates every parameter that has a gradient in g (others are skipped) in place with
  *  em_tensor_assign, each gradient multiplied by grad_scale first (1 for none; the scale
  *  em_clip_grad_norm gives). EM_ERR_ARG for NULL opt or g or a non-finite grad_scale; the
- *  errors of the ops otherwise. */
+ *  errors of the ops otherwise.
+ *  On the capture device (include/ember/graph.h) the step is recorded: Adam / AdamW as one
+ *  call per parameter that reads the parameter's step count from the graph at each run (the
+ *  optimizer makes its moments and counts when it is made, in the graph's setup: make it
+ *  before the first em_graph_input; EM_ERR_STATE when they were made in the step). The
+ *  optimizer counts the recorded step as taken. */
 em_status em_optimizer_step(em_optimizer *opt, const em_grads *g, double grad_scale);
 /** Sets the learning rate used by the next steps. EM_ERR_ARG for NULL or lr < 0. */
 em_status em_optimizer_set_lr(em_optimizer *opt, double lr);
@@ -462,7 +467,13 @@ double em_optimizer_group_weight_decay(const em_optimizer *opt, size_t group);
  *  each of the parameter's shape and dtype, on its inner device, and listed once it exists
  *  (after the parameter's first update). Hyperparameters (lr, groups) are not state: the
  *  program that resumes sets them. EM_ERR_ARG for NULL; EM_ERR_STATE when a parameter's
- *  slot is empty; the errors of em_params_add. */
+ *  slot is empty; the errors of em_params_add.
+ *  Adam / AdamW over parameters on the capture device: the moments are listed from the
+ *  optimizer's creation, and "<name>.step" is the graph's own step count (a capture tensor
+ *  of the setup, whose value when the graph is prepared is the count the optimizer had when
+ *  it was made or loaded; each run of a captured step advances it): em_graph_name it to read
+ *  the count with em_exec_state, or replace the listed tensors with graph inputs to keep the
+ *  state outside the graph (ember-train --capture). */
 em_status em_optimizer_state(em_optimizer *opt, em_params *out);
 /** Writes em_optimizer_state to a safetensors file (em_params_save). With em_module_save
  *  of the model, what resuming needs. */

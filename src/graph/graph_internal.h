@@ -101,6 +101,12 @@ em_status gr_rec_kernel(rw_slot slot, int sub, const em_view *const views[RW_MAX
 em_status gr_rec_alt_begin(rw_slot slot, int sub, const em_view *const views[RW_MAX_VIEWS],
                            const int64_t *ints, const double *doubles);
 void gr_rec_alt_end(void);
+/** Records a graph-only adam_step call (src/ops/fused.c: emi_adam_step_captured) after
+ *  checking that its moments and step count (views 1, 2 and 4) are state of the graph (made
+ *  in the setup) or inputs, which keep their values from run to run: EM_ERR_STATE
+ *  otherwise. */
+em_status gr_rec_adam_step(int sub, const em_view *const views[RW_MAX_VIEWS],
+                           const double *doubles);
 /** Bit i: view i of a call of this slot is written by it. */
 unsigned gr_outputs_of(rw_slot slot);
 /** In use and peak bytes of the open capture's buffers (0 when none). */

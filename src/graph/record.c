@@ -234,6 +234,7 @@ unsigned gr_outputs_of(rw_slot slot) {
     case RW_K_SORT: case RW_K_MAX_POOL2D: case RW_K_CUMULATIVE: case RW_K_RMS_NORM: return 0x3u;
     case RW_K_BATCH_NORM: return 0xC7u; /* out, the saved statistics, the running ones */
     case RW_K_BATCH_NORM_BACKWARD: case RW_K_GROUP_NORM: return 0x7u;
+    case RW_K_ADAM_STEP: return 0x17u; /* param, the moments, the step count */
     default: return 0x1u;
     }
 }
@@ -288,6 +289,30 @@ em_status gr_rec_kernel(rw_slot slot, int sub, const em_view *const views[RW_MAX
 em_status gr_rec_alt_begin(rw_slot slot, int sub, const em_view *const views[RW_MAX_VIEWS],
                            const int64_t *ints, const double *doubles) {
     return gr_rec_call(GR_ALT, slot, sub, views, ints, doubles);
+}
+
+em_status gr_rec_adam_step(int sub, const em_view *const views[RW_MAX_VIEWS],
+                           const double *doubles) {
+    static const char *const what[RW_MAX_VIEWS] = {NULL, "exp_avg", "exp_avg_sq", NULL,
+                                                   "step count"};
+    pthread_mutex_lock(&gr_lock);
+    em_status s = EM_OK;
+    const em_graph *g = gr_active;
+    for (int i = 0; i < RW_MAX_VIEWS && s == EM_OK; i++) {
+        if (!what[i]) continue;
+        const gr_cbuf *b = views[i]->buf;
+        if (!gr_of(b, &s)) break;
+        const gr_buffer *gb = &g->bufs[b->id - 1];
+        if (!gb->setup && gb->input < 0)
+            s = em_backend_set_error(
+                EM_ERR_STATE,
+                "capture: Adam's %s was made in the step, where each run would make it anew: "
+                "make the optimizer (and load its state) before the graph's first input, so "
+                "that its state is the graph's, or make the state an input", what[i]);
+    }
+    pthread_mutex_unlock(&gr_lock);
+    if (s != EM_OK) return s;
+    return gr_rec_call(GR_KERNEL, RW_K_ADAM_STEP, sub, views, NULL, doubles);
 }
 
 void gr_rec_alt_end(void) {

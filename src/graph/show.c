@@ -59,7 +59,7 @@ static uint32_t sh_buf_of(const em_graph *g, const rw_view *v) {
  * batch_norm updates. */
 static unsigned sh_reads_of(rw_slot slot) {
     const unsigned all = (1u << RW_MAX_VIEWS) - 1u;
-    if (slot == RW_K_SCATTER_ADD) return all;
+    if (slot == RW_K_SCATTER_ADD || slot == RW_K_ADAM_STEP) return all; /* updated in place */
     if (slot == RW_K_BATCH_NORM) return all & ~0x7u;
     return all & ~gr_outputs_of(slot);
 }
@@ -115,6 +115,7 @@ static void sh_family_name(rw_slot slot, int sub, char *out, size_t cap) {
                                                                             : "cumulative:?");
         return;
     case RW_K_SOFTMAX: snprintf(out, cap, "%s", sub ? "log_softmax" : "softmax"); return;
+    case RW_K_ADAM_STEP: snprintf(out, cap, "%s", sub ? "adamw_step" : "adam_step"); return;
     default: snprintf(out, cap, "%s", rw_slots[slot].name); return;
     }
     snprintf(out, cap, "%s:%s", rw_slots[slot].name, sub >= 0 && sub < n ? names[sub] : "?");
@@ -124,7 +125,8 @@ static void sh_family_name(rw_slot slot, int sub, char *out, size_t cap) {
  * Multiply-adds count 2 (matmul 2*M*N*K per batch, the convolutions 2 per weight tap per
  * output element); elementwise ops and every transcendental function count 1 per element;
  * reductions and cumulative ops 1 per element read (var and logsumexp 3), softmax 5 and
- * layer_norm 5 per element (+1 each for weight and bias), pooling 1 per window tap. Ops
+ * layer_norm 5 per element (+1 each for weight and bias), pooling 1 per window tap, an Adam
+ * step 14 per parameter (its composition's operations). Ops
  * that only move, select or make values (fill, arange, random, copy, where, gather,
  * index_select, sort) and ops on integer or bool data count 0. The fused normalization calls
  * (GR_ALT steps) count nothing either: the composition recorded after each is what is
@@ -173,6 +175,7 @@ static int64_t sh_flops(const rw_kernel *k) {
     }
     case RW_K_ADAPTIVE_AVG_POOL2D: return sh_float(v[1].dtype) ? sh_numel(&v[1]) : 0;
     case RW_K_ADAPTIVE_AVG_POOL2D_BACKWARD: return sh_float(v[0].dtype) ? sh_numel(&v[0]) : 0;
+    case RW_K_ADAM_STEP: return sh_float(v[0].dtype) ? sh_mul(sh_numel(&v[0]), 14) : 0;
     default: return 0;
     }
 }

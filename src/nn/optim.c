@@ -4,7 +4,10 @@
  * value's buffer when nothing else holds either). Adam and AdamW run the backend's fused
  * adam_step kernel instead where it has one (one pass over the parameter, its gradient and
  * both moments, in place; src/ops/fused.h), with the scalars of the composed update, so that
- * both give the same f32 / f64 results. */
+ * both give the same f32 / f64 results. On the capture device an Adam / AdamW step is recorded
+ * as one graph-only call whose step count is a tensor of the graph (stept[i], made with the
+ * optimizer in the graph's setup), so that each replay takes the next step (src/wire/adam.c
+ * computes its scalars with emi_adam_args_of, as the eager step does). */
 #include <math.h>
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
@@ -140,13 +143,18 @@ static em_status nn_opt_new(const char *fn, nn_opt_kind kind, const em_params *p
     return EM_OK;
 }
 
+static em_status nn_adam_capture_state(em_optimizer *o, size_t i);
+
 em_status em_optimizer_add_group(em_optimizer *opt, const em_params *params, double lr,
                                  double weight_decay) {
     static const char fn[] = "em_optimizer_add_group";
     if (!opt) return nn_null(fn, "opt");
     if (!params) return nn_null(fn, "params");
     NN_TRY(nn_check_lr_wd(fn, lr, weight_decay));
-    return nn_opt_append(fn, opt, params, lr, weight_decay);
+    size_t first = opt->n;
+    NN_TRY(nn_opt_append(fn, opt, params, lr, weight_decay));
+    for (size_t i = first; i < opt->n; i++) NN_TRY(nn_adam_capture_state(opt, i));
+    return EM_OK;
 }
 
 size_t em_optimizer_group_count(const em_optimizer *opt) { return opt ? opt->ngroups : 0; }
@@ -199,6 +207,34 @@ em_status em_optimizer_sgd(const em_params *params, double lr, double momentum,
     return EM_OK;
 }
 
+/* The inner device of parameter i (untracked). */
+static em_device nn_inner(const em_tensor *p) {
+    em_device d = em_tensor_device(p);
+    d.autodiff = false;
+    d.checkpointing = EM_CKPT_NONE;
+    return d;
+}
+
+/* Adam / AdamW on the capture device: the moments (zeros) and the step count (0-d i64, the
+ * count as it stands) of parameter i are made now, in the graph's setup, so that they are
+ * state that each run of the captured step carries to the next (made by the first step, they
+ * would be made anew, and zeroed, by every run). A captured step reads its count from that
+ * tensor at each run and advances it (src/wire/adam.c). Nothing for other devices. */
+static em_status nn_adam_capture_state(em_optimizer *o, size_t i) {
+    const em_tensor *p = *o->slots[i];
+    if (o->kind == NN_SGD || !p || em_tensor_device(p).backend != EM_BACKEND_CAPTURE)
+        return EM_OK;
+    const em_device d = nn_inner(p);
+    em_status s = EM_OK;
+    for (int k = 0; k < 2 && s == EM_OK; k++) {
+        em_tensor **m = k == 0 ? &o->s1[i] : &o->s2[i];
+        if (!*m) s = em_zeros(em_tensor_shape(p), em_tensor_rank(p), em_tensor_dtype(p), d, m);
+    }
+    if (s == EM_OK && !o->stept[i])
+        s = em_tensor_from_data(&o->steps[i], EM_I64, NULL, 0, d, &o->stept[i]);
+    return s;
+}
+
 static em_status nn_adam(const char *fn, nn_opt_kind kind, const em_params *params, double lr,
                          double beta1, double beta2, double eps, double weight_decay,
                          em_optimizer **out) {
@@ -212,6 +248,13 @@ static em_status nn_adam(const char *fn, nn_opt_kind kind, const em_params *para
     o->beta1 = beta1;
     o->beta2 = beta2;
     o->eps = eps;
+    for (size_t i = 0; i < o->n; i++) {
+        em_status s = nn_adam_capture_state(o, i);
+        if (s != EM_OK) {
+            em_optimizer_release(o);
+            return s;
+        }
+    }
     *out = o;
     return EM_OK;
 }
@@ -329,29 +372,29 @@ static em_status nn_update(em_optimizer *o, size_t i, const em_tensor *p, em_ten
     em_tensor_release(t2);
     if (s != EM_OK) return s;
     int64_t t = ++o->steps[i];
-    double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
-    double step_size = lr / bc1;
     em_tensor *den = NULL, *q = NULL, *base = NULL;
     /* step_size * s1 / (sqrt(s2) / sqrt(bc2) + eps), with step_size folded into the
-     * denominator's two scalars (one pass less) when that is exact enough */
-    const bool fold = step_size >= 1e-12 && step_size <= 1e12;
-    const double k = fold ? 1.0 / (sqrt(bc2) * step_size) : 1.0 / sqrt(bc2);
+     * denominator's two scalars (one pass less) when that is exact enough: the scalars of
+     * the fused kernel (emi_adam_args_of), whose step_scale is 1 when folded */
+    const em_adam_args a = emi_adam_args_of(o->kind == NN_ADAMW, lr, o->beta1, o->beta2, o->eps,
+                                            wd, t, 1.0);
+    const bool fold = a.step_scale == 1.0;
     s = em_sqrt(o->s2[i], &den);
-    if (s == EM_OK) s = em_mul_scalar_(den, k, &q);
+    if (s == EM_OK) s = em_mul_scalar_(den, a.denom_scale, &q);
     den = NULL;
-    if (s == EM_OK) s = em_add_scalar_(q, fold ? o->eps / step_size : o->eps, &den);
+    if (s == EM_OK) s = em_add_scalar_(q, a.denom_eps, &den);
     q = NULL;
     if (s == EM_OK) s = em_div(o->s1[i], den, &q);
     em_tensor_release(den);
     den = NULL;
     if (s == EM_OK && o->kind == NN_ADAMW && wd != 0)
-        s = em_mul_scalar(p, 1.0 - lr * wd, &base);
+        s = em_mul_scalar(p, a.decay, &base);
     else if (s == EM_OK) {
         base = (em_tensor *)p;
         em_tensor_retain(base);
     }
     if (s == EM_OK && !fold) {
-        s = em_mul_scalar_(q, step_size, &den);
+        s = em_mul_scalar_(q, a.step_scale, &den);
         q = NULL;
     } else if (s == EM_OK) {
         den = q;
@@ -374,22 +417,8 @@ static em_status nn_update(em_optimizer *o, size_t i, const em_tensor *p, em_ten
 
 /* The composed update's scalars for step t (nn_update below: the same fold). */
 static em_adam_args nn_adam_args(const em_optimizer *o, size_t i, int64_t t, double grad_scale) {
-    const double lr = NN_LR(o, i), wd = NN_WD(o, i);
-    em_adam_args a;
-    double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
-    double step_size = lr / bc1;
-    const bool fold = step_size >= 1e-12 && step_size <= 1e12;
-    a.grad_scale = grad_scale;
-    a.weight_decay = o->kind == NN_ADAMW ? 0.0 : wd;
-    a.beta1 = o->beta1;
-    a.c1 = 1.0 - o->beta1;
-    a.beta2 = o->beta2;
-    a.c2 = 1.0 - o->beta2;
-    a.denom_scale = fold ? 1.0 / (sqrt(bc2) * step_size) : 1.0 / sqrt(bc2);
-    a.denom_eps = fold ? o->eps / step_size : o->eps;
-    a.step_scale = fold ? 1.0 : step_size;
-    a.decay = o->kind == NN_ADAMW && wd != 0 ? 1.0 - lr * wd : 1.0;
-    return a;
+    return emi_adam_args_of(o->kind == NN_ADAMW, NN_LR(o, i), o->beta1, o->beta2, o->eps,
+                            NN_WD(o, i), t, grad_scale);
 }
 
 /* Adam / AdamW's step of parameter i with the fused kernel: EM_OK (done), EM_ERR_UNSUPPORTED
@@ -410,6 +439,24 @@ static em_status nn_adam_fused(em_optimizer *o, size_t i, em_tensor *param, em_t
         s = emi_adam_step(p, o->s1[i], o->s2[i], gr, &a);
         if (s == EM_OK) o->steps[i]++;
     }
+    em_tensor_release(p);
+    return s;
+}
+
+/* Adam / AdamW's step of parameter i on the capture device: one graph-only adam_step call
+ * (src/ops/fused.h) that reads the step count from the graph's tensor stept[i] at each run,
+ * so that every run takes the next step's bias correction, as the eager steps do. steps[i]
+ * counts the step recorded (what one run leaves in the graph's count). */
+static em_status nn_adam_captured(em_optimizer *o, size_t i, em_tensor *param, em_tensor *gr,
+                                  double grad_scale) {
+    em_tensor *p = NULL;
+    em_status s = nn_adam_capture_state(o, i); /* made in the step, the recorder refuses it */
+    if (s == EM_OK) s = em_tensor_detach(param, &p);
+    const double h[6] = {NN_LR(o, i), o->beta1, o->beta2, o->eps, NN_WD(o, i), grad_scale};
+    if (s == EM_OK)
+        s = emi_adam_step_captured(p, o->s1[i], o->s2[i], gr, o->stept[i], o->kind == NN_ADAMW,
+                                   h);
+    if (s == EM_OK) o->steps[i]++;
     em_tensor_release(p);
     return s;
 }
@@ -435,16 +482,16 @@ static em_status nn_optimizer_step(em_optimizer *opt, const em_grads *g, double 
     for (size_t i = 0; i < opt->n; i++) {
         em_tensor *param = *opt->slots[i];
         if (!param) continue;
-        if (opt->kind != NN_SGD && em_tensor_device(param).backend == EM_BACKEND_CAPTURE)
-            return em_backend_set_error(
-                EM_ERR_UNSUPPORTED,
-                "%s: Adam's bias correction changes with the step count, which a captured "
-                "step cannot carry yet: capture the forward and backward pass (gradients as "
-                "outputs) and step the optimizer on the replay device, or use SGD", fn);
         em_tensor *gr = NULL, *p = NULL, *np = NULL;
         em_status s = em_grads_get(g, param, &gr);
         if (s != EM_OK) return s;
         if (!gr) continue;
+        if (opt->kind != NN_SGD && em_tensor_device(param).backend == EM_BACKEND_CAPTURE) {
+            s = nn_adam_captured(opt, i, param, gr, grad_scale);
+            em_tensor_release(gr);
+            if (s != EM_OK) return s;
+            continue;
+        }
         if (opt->kind != NN_SGD) {
             s = nn_adam_fused(opt, i, param, gr, grad_scale);
             if (s != EM_ERR_UNSUPPORTED) {
@@ -495,12 +542,11 @@ static em_tensor **nn_state_slot(em_optimizer *o, size_t i, size_t kind) {
     return kind == 0 ? &o->s1[i] : &o->s2[i];
 }
 
-/* The inner device of parameter i (untracked). */
-static em_device nn_inner(const em_tensor *p) {
-    em_device d = em_tensor_device(p);
-    d.autodiff = false;
-    d.checkpointing = EM_CKPT_NONE;
-    return d;
+/* Whether parameter i's step count is a captured graph's tensor (Adam on capture). */
+static bool nn_graph_count(const em_optimizer *o, size_t i) {
+    const em_tensor *p = *o->slots[i];
+    return o->kind != NN_SGD && o->stept[i] && p &&
+           em_tensor_device(p).backend == EM_BACKEND_CAPTURE;
 }
 
 static em_status nn_optimizer_state(em_optimizer *opt, em_params *out) {
@@ -518,6 +564,8 @@ static em_status nn_optimizer_state(em_optimizer *opt, em_params *out) {
                                      opt->names[i]);
             break;
         }
+        /* Adam's count on the capture device is the graph's own tensor: listed as it is */
+        if (nn_graph_count(opt, i)) continue;
         s = em_tensor_from_data(&opt->steps[i], EM_I64, NULL, 0, nn_inner(p), &st[i]);
     }
     if (s != EM_OK) {
@@ -526,6 +574,7 @@ static em_status nn_optimizer_state(em_optimizer *opt, em_params *out) {
         return s;
     }
     for (size_t i = 0; i < opt->n; i++) {
+        if (nn_graph_count(opt, i)) continue;
         em_tensor_release(opt->stept[i]);
         opt->stept[i] = st[i];
     }
@@ -589,6 +638,9 @@ static em_status nn_optimizer_load(em_optimizer *opt, const char *path) {
     em_device dev = opt->n ? nn_inner(*opt->slots[0]) : em_device_default();
     dev.autodiff = false;
     dev.checkpointing = EM_CKPT_NONE;
+    /* a capture tensor has no values to read the step counts from: the file is read on ref,
+     * and its tensors recorded onto the capture device (nn_load_one: em_to_device) */
+    if (dev.backend == EM_BACKEND_CAPTURE) dev = (em_device){.backend = EM_BACKEND_REF};
     em_tensor_map *map = NULL;
     NN_TRY(em_safetensors_load(path, dev, &map));
     const char *kinds[2];
@@ -608,7 +660,8 @@ static em_status nn_optimizer_load(em_optimizer *opt, const char *path) {
             break;
         }
         found++;
-        s = nn_load_one(fn, path, name, src, NULL, 0, EM_I64, nn_inner(p), &t);
+        s = nn_load_one(fn, path, name, src, NULL, 0, EM_I64,
+                        nn_inner(p).backend == EM_BACKEND_CAPTURE ? dev : nn_inner(p), &t);
         if (s == EM_OK) s = em_tensor_to_data(t, &steps[i], sizeof steps[i]);
         em_tensor_release(t);
         em_tensor_release(src);
@@ -633,8 +686,20 @@ static em_status nn_optimizer_load(em_optimizer *opt, const char *path) {
         s = em_backend_set_error(EM_ERR_IO, "%s: %s holds %zu tensors, the optimizer's state "
                                  "%zu (a tensor of another name)", fn, path,
                                  em_tensor_map_size(map), found);
+    /* Adam on the capture device: the graph's step counts start at the loaded ones */
+    em_tensor **nc = s == EM_OK ? calloc(n ? n : 1, sizeof *nc) : NULL;
+    if (s == EM_OK && !nc) s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+    for (size_t i = 0; i < n && s == EM_OK; i++)
+        if (nn_graph_count(opt, i))
+            s = em_tensor_from_data(&steps[i], EM_I64, NULL, 0, nn_inner(*opt->slots[i]),
+                                    &nc[i]);
     if (s == EM_OK)
         for (size_t i = 0; i < n; i++) {
+            if (nc[i]) {
+                em_tensor_release(opt->stept[i]);
+                opt->stept[i] = nc[i];
+                nc[i] = NULL;
+            }
             opt->steps[i] = steps[i];
             em_tensor_release(opt->s1[i]);
             em_tensor_release(opt->s2[i]);
@@ -643,6 +708,8 @@ static em_status nn_optimizer_load(em_optimizer *opt, const char *path) {
             ns[2 * i] = ns[2 * i + 1] = NULL;
         }
     for (size_t i = 0; ns && i < 2 * n; i++) em_tensor_release(ns[i]);
+    for (size_t i = 0; nc && i < n; i++) em_tensor_release(nc[i]);
+    free(nc);
     free(ns);
     free(steps);
     em_tensor_map_release(map);

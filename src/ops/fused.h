@@ -14,6 +14,7 @@
 #define EMBER_OPS_FUSED_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "ember/backend.h"
 #include "ember/ember.h"
@@ -30,6 +31,33 @@ em_status emi_unary_backward(em_unary_op op, const em_tensor *x, const em_tensor
  *  and device) are updated from grad (any layout). */
 em_status emi_adam_step(em_tensor *param, em_tensor *exp_avg, em_tensor *exp_avg_sq,
                         const em_tensor *grad, const em_adam_args *a);
+
+/** The scalars of Adam's (adamw false) or AdamW's step number t (>= 1) with these settings and
+ *  gradient scale (backend.h's em_adam_args, with the fold of the composed update): the one
+ *  place they are computed, by the eager step (src/nn/optim.c) and by a captured graph's
+ *  adam_step call at each replay (src/wire/adam.c), so that both give the same bits. */
+em_adam_args emi_adam_args_of(bool adamw, double lr, double beta1, double beta2, double eps,
+                              double weight_decay, int64_t t, double grad_scale);
+
+/** One Adam / AdamW step with the scalars `a` composed from the device's basic slots (unary,
+ *  binary, binary_scalar; temporaries from its alloc), operation for operation as
+ *  src/nn/optim.c composes it from public ops on a device without the adam_step kernel: the
+ *  same bits. param, exp_avg, exp_avg_sq: contiguous views of one float dtype and shape,
+ *  updated in place; grad: a view of that shape the device's kernels read. decay: the step
+ *  multiplies param by a->decay (AdamW with weight decay), as the eager step does. */
+em_status emi_adam_compose(const em_backend_ops *ops, void *ctx, const em_view *param,
+                           const em_view *exp_avg, const em_view *exp_avg_sq,
+                           const em_view *grad, const em_adam_args *a, bool decay);
+
+/** Records, on the capture device, one Adam (adamw false) or AdamW step whose step count is
+ *  the graph's tensor `step` (one i64, read at each run: the step taken is number step + 1,
+ *  and step is then advanced): the graph-only adam_step call (docs/graph-format.md). param
+ *  (detached), exp_avg, exp_avg_sq and step are updated in place at replay; hyper: lr,
+ *  beta1, beta2, eps, weight_decay, grad_scale. exp_avg, exp_avg_sq and step must be state
+ *  of the graph (made in its setup) or inputs: EM_ERR_STATE otherwise. */
+em_status emi_adam_step_captured(em_tensor *param, em_tensor *exp_avg, em_tensor *exp_avg_sq,
+                                 const em_tensor *grad, em_tensor *step, bool adamw,
+                                 const double hyper[6]);
 
 /** True when the backend of t's device has a non-NULL unary_backward / adam_step slot and
  *  fused kernels are on. */

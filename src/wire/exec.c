@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "wire/adam.h"
 #include "wire/exec.h"
 
 typedef struct rs_ctx {
@@ -130,6 +131,9 @@ static const rs_rule rs_rules[RW_K_COUNT] = {
     [RW_K_BATCH_NORM_BACKWARD] = {{O, O, O, I, I, I, I, I}, F8, R8, 4, 3, false, false, true},
     [RW_K_GROUP_NORM] = {{O, O, O, I, I, I}, F8, R8, 3, 0, false, false, true},
     [RW_K_RMS_NORM] = {{O, O, I, I}, F8, R8, 2, 0, false, false, true},
+    /* param exp_avg exp_avg_sq (updated) grad step (one i64, advanced): it always runs */
+    [RW_K_ADAM_STEP] = {{V_INOUT, V_INOUT, V_INOUT, I, V_INOUT}, {K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_IDX},
+                        {D_REF, D_REF, D_REF, D_REF, D_I64}, 0, 4, false, false, false},
 #undef F8
 #undef R8
 };
@@ -689,6 +693,18 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
     case RW_K_BATCH_NORM: case RW_K_BATCH_NORM_BACKWARD: case RW_K_GROUP_NORM:
     case RW_K_RMS_NORM:
         return rs_check_norm(c, k, v);
+    case RW_K_ADAM_STEP: {
+        const double *D = k->doubles; /* lr beta1 beta2 eps weight_decay grad_scale */
+        if (!(D[0] >= 0) || !isfinite(D[0]) || !(D[3] >= 0) || !isfinite(D[3]) ||
+            !(D[4] >= 0) || !isfinite(D[4]) || !isfinite(D[5]))
+            return rs_bad(c, EM_ERR_ARG, "lr, eps and weight_decay must be finite and >= 0, "
+                                         "grad_scale finite");
+        if (!(D[1] >= 0 && D[1] < 1) || !(D[2] >= 0 && D[2] < 1))
+            return rs_bad(c, EM_ERR_ARG, "betas must be in [0, 1)");
+        for (int i = 1; i < 4; i++)
+            if (!rs_same_shape(v[i], v[0])) return rs_bad(c, EM_ERR_SHAPE, "view %d differs from param", i);
+        return rs_numel_v(v[4]) == 1 ? EM_OK : rs_bad(c, EM_ERR_SHAPE, "the step count is one i64");
+    }
     case RW_K_COUNT: break;
     }
     return rs_bad(c, EM_ERR_ARG, "unknown slot");
@@ -747,6 +763,7 @@ static em_status rs_call(const rs_host *h, const rw_kernel *k, em_view *v[RW_MAX
     case RW_K_RMS_NORM: return o->rms_norm(x, v[0], v[1], v[2], v[3], I[0], D[0]);
     case RW_K_CUMULATIVE:
         return o->cumulative(x, (em_cum_op)k->sub, v[0], v[1], v[2], (int)I[0]);
+    case RW_K_ADAM_STEP: return rs_adam_step(o, x, k, v);
     case RW_K_COUNT: break;
     }
     return em_backend_set_error(EM_ERR_ARG, "unknown slot");
@@ -754,6 +771,8 @@ static em_status rs_call(const rs_host *h, const rw_kernel *k, em_view *v[RW_MAX
 
 /* Whether the hosted table has the slot. */
 static bool rs_has(const em_backend_ops *o, rw_slot s) {
+    if (s == RW_K_ADAM_STEP) /* the device's kernel, or its composition (src/wire/adam.c) */
+        return o->adam_step || (o->unary && o->binary && o->binary_scalar);
     const void *p[RW_K_COUNT] = {
         (const void *)o->fill, (const void *)o->arange, (const void *)o->random,
         (const void *)o->copy, (const void *)o->unary, (const void *)o->binary,

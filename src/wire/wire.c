@@ -42,6 +42,9 @@ const rw_slot_info rw_slots[RW_K_COUNT] = {
     [RW_K_GROUP_NORM] = {"group_norm", 6, 0x36, 1, 1, 0},
     /* out save_invrms? x weight?; norm_numel; eps */
     [RW_K_RMS_NORM] = {"rms_norm", 4, 0xA, 1, 1, 0},
+    /* param exp_avg exp_avg_sq grad step; sub: 0 Adam, 1 AdamW; lr beta1 beta2 eps
+     * weight_decay grad_scale */
+    [RW_K_ADAM_STEP] = {"adam_step", 5, 0, 0, 6, 2},
 };
 
 /* ---- writer ---- */

@@ -62,6 +62,9 @@ typedef enum rw_slot {
     /* the normalization slots (ABI 3): captured graphs only, never on the remote protocol
      * (its client leaves them NULL, so its core composes them; a server refuses them) */
     RW_K_BATCH_NORM, RW_K_BATCH_NORM_BACKWARD, RW_K_GROUP_NORM, RW_K_RMS_NORM,
+    /* one Adam / AdamW step whose step count is a tensor of the graph (a captured
+     * em_optimizer_step): captured graphs only, as the slots above */
+    RW_K_ADAM_STEP,
     RW_K_COUNT
 } rw_slot;
 
@@ -83,7 +86,7 @@ extern const rw_slot_info rw_slots[RW_K_COUNT];
 
 #define RW_MAX_VIEWS 8
 #define RW_MAX_INTS 10
-#define RW_MAX_DOUBLES 3
+#define RW_MAX_DOUBLES 6 /* adam_step's hyperparameters; a remote slot takes at most 3 */
 
 /** A view on the wire: em_view with a buffer id in place of the pointer. */
 typedef struct rw_view {

@@ -2,6 +2,8 @@
  * test_graph.c — captured graphs (include/ember/graph.h): recording on the capture device,
  * replay on ref and cpu against the same program run eagerly there (the same bits), a whole
  * SGD training step as one graph whose parameters and momentum carry over from run to run,
+ * Adam and AdamW steps captured (their step count the graph's state), saved, loaded and replayed
+ * with the bits of the eager steps (parameters, moments, step counts),
  * and the errors: values read off capture tensors, inputs of the wrong shape, dtype, device or
  * count, indices out of range found when the graph runs, a second capture, tensors of an
  * ended capture.
@@ -12,7 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -132,8 +136,9 @@ static void test_replay_is_eager(void **state) {
 
 /* One SGD step (momentum 0.9) of a two-layer classifier on dev (an autodiff device); returns
  * the loss (new reference). */
-static em_tensor *train_step(em_optimizer *opt, em_tensor *w1, em_tensor *w2,
-                             const em_tensor *x, const em_tensor *labels) {
+static em_tensor *train_step_scaled(em_optimizer *opt, em_tensor *w1, em_tensor *w2,
+                                    const em_tensor *x, const em_tensor *labels,
+                                    double grad_scale) {
     em_tensor *h = NULL, *r = NULL, *logits = NULL, *loss = NULL;
     OK(em_matmul(x, w1, &h));
     OK(em_relu(h, &r));
@@ -141,7 +146,7 @@ static em_tensor *train_step(em_optimizer *opt, em_tensor *w1, em_tensor *w2,
     OK(em_cross_entropy(logits, labels, &loss));
     em_grads *gr = NULL;
     OK(em_backward(loss, &gr));
-    OK(em_optimizer_step(opt, gr, 1.0));
+    OK(em_optimizer_step(opt, gr, grad_scale));
     em_grads_release(gr);
     em_tensor_release(h);
     em_tensor_release(r);
@@ -149,6 +154,11 @@ static em_tensor *train_step(em_optimizer *opt, em_tensor *w1, em_tensor *w2,
     (void)w1;
     (void)w2;
     return loss;
+}
+
+static em_tensor *train_step(em_optimizer *opt, em_tensor *w1, em_tensor *w2,
+                             const em_tensor *x, const em_tensor *labels) {
+    return train_step_scaled(opt, w1, w2, x, labels, 1.0);
 }
 
 static const float W2[6] = {0.2f, -0.3f, 0.5f, 0.1f, -0.4f, 0.25f};
@@ -230,6 +240,208 @@ static void test_training_step_is_one_graph(void **state) {
         em_tensor_release(w1);
         em_tensor_release(w2);
     }
+    em_graph_release(g);
+}
+
+
+/* Asserts a and b (any dtype) hold the same bytes. */
+static void same_bytes(const em_tensor *a, const em_tensor *b) {
+    assert_int_equal(em_tensor_dtype(a), em_tensor_dtype(b));
+    assert_int_equal(em_tensor_numel(a), em_tensor_numel(b));
+    size_t n = (size_t)em_tensor_numel(a) * em_dtype_size(em_tensor_dtype(a));
+    unsigned char x[1024], y[1024];
+    assert_true(n <= sizeof x);
+    OK(em_tensor_to_data(a, x, sizeof x));
+    OK(em_tensor_to_data(b, y, sizeof y));
+    assert_memory_equal(x, y, n);
+}
+
+/* The devices an Adam replay is checked on: ref, cpu, and opencl:0 where present. */
+static int adam_devices(em_device *out) {
+    int n = replay_devices(out);
+    em_device d;
+    if (em_device_parse("opencl:0", &d) == EM_OK) out[n++] = d;
+    return n;
+}
+
+static em_status make_adam(bool adamw, const em_params *p, double wd, em_optimizer **opt) {
+    return adamw ? em_optimizer_adamw(p, 0.05, 0.9, 0.99, 1e-6, wd, opt)
+                 : em_optimizer_adam(p, 0.05, 0.9, 0.99, 1e-6, wd, opt);
+}
+
+/* Adam or AdamW (weight decay wd, gradients scaled by gs) as one captured training step: on
+ * each device, 2 eager steps, then the graph captured from that state (the parameters' values,
+ * the optimizer's state loaded from its file: step counts 2), saved, loaded and replayed 5
+ * times against 5 more eager steps: the loss, the parameters, the moments and the step counts
+ * have the same bits after every run. */
+static void adam_case(bool adamw, double wd, double gs) {
+    char dir[] = "/tmp/ember-test-graph-adam-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char opath[96], gpath[96];
+    snprintf(opath, sizeof opath, "%s/opt.safetensors", dir);
+    snprintf(gpath, sizeof gpath, "%s/g.safetensors", dir);
+    em_device devs[3];
+    int nd = adam_devices(devs);
+    for (int d = 0; d < nd; d++) {
+        em_device ad, cap = dev_of("capture+autodiff");
+        OK(em_device_autodiff(devs[d], EM_CKPT_DISABLED, &ad));
+        em_tensor *w1 = from(W1, EM_F32, W1S, 2, ad), *w2 = from(W2, EM_F32, W2S, 2, ad);
+        OK(em_tensor_require_grad(w1));
+        OK(em_tensor_require_grad(w2));
+        em_params *p = NULL;
+        OK(em_params_create(&p));
+        OK(em_params_add(p, "w1", &w1));
+        OK(em_params_add(p, "w2", &w2));
+        em_optimizer *opt = NULL;
+        OK(make_adam(adamw, p, wd, &opt));
+        float xv[20];
+        int64_t lv[5];
+        for (int k = 0; k < 2; k++) { /* the state the capture starts from */
+            batch(k, xv);
+            labels_of(k, lv);
+            em_tensor *xe = from(xv, EM_F32, XS, 2, ad), *le = from(lv, EM_I64, LS, 1, ad);
+            em_tensor_release(train_step_scaled(opt, w1, w2, xe, le, gs));
+            em_tensor_release(xe);
+            em_tensor_release(le);
+        }
+        OK(em_optimizer_save(opt, opath));
+        float v1[12], v2[6];
+        OK(em_tensor_to_data(w1, v1, sizeof v1));
+        OK(em_tensor_to_data(w2, v2, sizeof v2));
+
+        /* the capture: the same parameters and optimizer state, in the setup */
+        em_graph *g = NULL;
+        OK(em_graph_begin(&g));
+        em_tensor *c1 = from(v1, EM_F32, W1S, 2, cap), *c2 = from(v2, EM_F32, W2S, 2, cap);
+        OK(em_tensor_require_grad(c1));
+        OK(em_tensor_require_grad(c2));
+        em_params *cp = NULL, *cst = NULL;
+        OK(em_params_create(&cp));
+        OK(em_params_add(cp, "w1", &c1));
+        OK(em_params_add(cp, "w2", &c2));
+        em_optimizer *copt = NULL;
+        OK(make_adam(adamw, cp, wd, &copt));
+        OK(em_optimizer_load(copt, opath));
+        em_tensor *x = NULL, *labels = NULL;
+        OK(em_graph_input(g, "x", EM_F32, XS, 2, cap, &x));
+        OK(em_graph_input(g, "labels", EM_I64, LS, 1, cap, &labels));
+        em_tensor *loss = train_step_scaled(copt, c1, c2, x, labels, gs);
+        OK(em_graph_output(g, "loss", loss));
+        OK(em_graph_name(g, "w1", c1));
+        OK(em_graph_name(g, "w2", c2));
+        /* the optimizer's state after a captured step: the graph's moments and step counts */
+        OK(em_params_create(&cst));
+        OK(em_optimizer_state(copt, cst));
+        assert_int_equal(em_params_count(cst), 6);
+        for (size_t i = 0; i < em_params_count(cst); i++)
+            OK(em_graph_name(g, em_params_name(cst, i), em_params_get(cst, i)));
+        OK(em_graph_end(g));
+        em_params_release(cst);
+        em_tensor *all[] = {loss, x, labels, c1, c2};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) em_tensor_release(all[i]);
+        em_optimizer_release(copt);
+        em_params_release(cp);
+        /* saved and loaded between */
+        OK(em_graph_save(g, gpath));
+        em_graph_release(g);
+        g = NULL;
+        OK(em_graph_load(gpath, &g));
+
+        em_exec *e = NULL;
+        OK(em_graph_prepare(g, devs[d], &e));
+        for (int k = 2; k < 7; k++) {
+            batch(k, xv);
+            labels_of(k, lv);
+            em_tensor *xe = from(xv, EM_F32, XS, 2, ad), *le = from(lv, EM_I64, LS, 1, ad);
+            em_tensor *eager = train_step_scaled(opt, w1, w2, xe, le, gs), *out[1] = {NULL};
+            em_tensor *xr = from(xv, EM_F32, XS, 2, devs[d]), *lr = from(lv, EM_I64, LS, 1, devs[d]);
+            const em_tensor *in[2] = {xr, lr};
+            OK(em_exec_run(e, in, 2, out, 1));
+            same_bits(eager, out[0]);
+            em_tensor *ws = NULL;
+            OK(em_exec_state(e, "w1", &ws));
+            same_bits(w1, ws);
+            em_tensor_release(ws);
+            OK(em_exec_state(e, "w2", &ws));
+            same_bits(w2, ws);
+            em_tensor_release(ws);
+            em_tensor *rel[] = {xe, le, eager, out[0], xr, lr};
+            for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) em_tensor_release(rel[i]);
+        }
+        /* the moments and the step counts (7 = 2 + 5) */
+        em_params *st = NULL;
+        OK(em_params_create(&st));
+        OK(em_optimizer_state(opt, st));
+        assert_int_equal(em_params_count(st), 6);
+        for (size_t i = 0; i < em_params_count(st); i++) {
+            em_tensor *rs = NULL;
+            OK(em_exec_state(e, em_params_name(st, i), &rs));
+            same_bytes(em_params_get(st, i), rs);
+            if (strstr(em_params_name(st, i), ".step")) {
+                int64_t t = 0;
+                OK(em_tensor_to_data(rs, &t, sizeof t));
+                assert_int_equal(t, 7);
+            }
+            em_tensor_release(rs);
+        }
+        em_params_release(st);
+        em_exec_release(e);
+        em_graph_release(g);
+        em_optimizer_release(opt);
+        em_params_release(p);
+        em_tensor_release(w1);
+        em_tensor_release(w2);
+    }
+    remove(opath);
+    remove(gpath);
+    rmdir(dir);
+}
+
+static void test_adam_step_is_one_graph(void **state) {
+    (void)state;
+    adam_case(false, 0.01, 1.0); /* Adam, L2 weight decay */
+    adam_case(false, 0.0, 0.5);  /* Adam, gradients scaled */
+}
+
+static void test_adamw_step_is_one_graph(void **state) {
+    (void)state;
+    adam_case(true, 0.1, 0.75); /* AdamW, decoupled decay, gradients scaled */
+    adam_case(true, 0.0, 1.0);
+}
+
+/* Adam's state made in the step (the optimizer made after the first input) would be made anew
+ * by every run: the captured step refuses it. */
+static void test_adam_state_in_the_step(void **state) {
+    (void)state;
+    em_device cap = dev_of("capture+autodiff");
+    em_graph *g = NULL;
+    OK(em_graph_begin(&g));
+    em_tensor *w1 = from(W1, EM_F32, W1S, 2, cap), *w2 = from(W2, EM_F32, W2S, 2, cap);
+    OK(em_tensor_require_grad(w1));
+    OK(em_tensor_require_grad(w2));
+    em_tensor *x = NULL, *labels = NULL;
+    OK(em_graph_input(g, "x", EM_F32, XS, 2, cap, &x));
+    OK(em_graph_input(g, "labels", EM_I64, LS, 1, cap, &labels));
+    em_params *p = NULL;
+    OK(em_params_create(&p));
+    OK(em_params_add(p, "w1", &w1));
+    OK(em_params_add(p, "w2", &w2));
+    em_optimizer *opt = NULL;
+    OK(em_optimizer_adam(p, 0.01, 0.9, 0.999, 1e-8, 0, &opt));
+    em_tensor *h = NULL, *logits = NULL, *loss = NULL;
+    OK(em_matmul(x, w1, &h));
+    OK(em_matmul(h, w2, &logits));
+    OK(em_cross_entropy(logits, labels, &loss));
+    em_grads *gr = NULL;
+    OK(em_backward(loss, &gr));
+    assert_int_equal(em_optimizer_step(opt, gr, 1.0), EM_ERR_STATE);
+    assert_non_null(strstr(em_last_error(), "made in the step"));
+    em_grads_release(gr);
+    em_tensor *all[] = {h, logits, loss, x, labels, w1, w2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) em_tensor_release(all[i]);
+    em_optimizer_release(opt);
+    em_params_release(p);
+    OK(em_graph_end(g));
     em_graph_release(g);
 }
 
@@ -344,6 +556,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_is_eager),
         cmocka_unit_test(test_training_step_is_one_graph),
+        cmocka_unit_test(test_adam_step_is_one_graph),
+        cmocka_unit_test(test_adamw_step_is_one_graph),
+        cmocka_unit_test(test_adam_state_in_the_step),
         cmocka_unit_test(test_no_values_on_capture),
         cmocka_unit_test(test_run_checks_inputs),
     };

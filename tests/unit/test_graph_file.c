@@ -812,6 +812,150 @@ static void test_training_step(void **state) {
     em_graph_release(g);
 }
 
+/* A hand-written graph-only adam_step call (docs/graph-format.md): a parameter (the blob),
+ * its moments and its step count made in the setup (fill), the gradient an input. */
+static const char ADAM[] =
+    "{\"version\":1,"
+    "\"buffers\":[{\"bytes\":8,\"setup\":true},{\"bytes\":8,\"setup\":true},"
+    "{\"bytes\":8,\"setup\":true},{\"bytes\":8,\"setup\":true},"
+    "{\"bytes\":8,\"setup\":false,\"input\":0}],"
+    "\"setup\":[{\"type\":\"alloc\",\"buf\":0},"
+    "{\"type\":\"write\",\"buf\":0,\"offset\":0,\"blob\":\"blob.0\"},"
+    "{\"type\":\"alloc\",\"buf\":1},"
+    "{\"type\":\"kernel\",\"slot\":\"fill\",\"views\":[[1,\"f32\",[2],[1],0]],\"doubles\":[0]},"
+    "{\"type\":\"alloc\",\"buf\":2},"
+    "{\"type\":\"kernel\",\"slot\":\"fill\",\"views\":[[2,\"f32\",[2],[1],0]],\"doubles\":[0]},"
+    "{\"type\":\"alloc\",\"buf\":3},"
+    "{\"type\":\"kernel\",\"slot\":\"fill\",\"views\":[[3,\"i64\",[],[],0]],\"doubles\":[0]}],"
+    "\"step\":[{\"type\":\"alloc\",\"buf\":4},"
+    "{\"type\":\"kernel\",\"slot\":\"adam_step\",\"sub\":1,"
+    "\"views\":[[0,\"f32\",[2],[1],0],[1,\"f32\",[2],[1],0],[2,\"f32\",[2],[1],0],"
+    "[4,\"f32\",[2],[1],0],[3,\"i64\",[],[],0]],"
+    "\"doubles\":[0.1,0.9,0.999,1e-8,0.25,2]}],"
+    "\"inputs\":[{\"name\":\"g\",\"dtype\":\"f32\",\"view\":[4,\"f32\",[2],[1],0]}],"
+    "\"outputs\":[{\"name\":\"p\",\"dtype\":\"f32\",\"view\":[0,\"f32\",[2],[1],0]}],"
+    "\"states\":[{\"name\":\"m\",\"dtype\":\"f32\",\"view\":[1,\"f32\",[2],[1],0]},"
+    "{\"name\":\"v\",\"dtype\":\"f32\",\"view\":[2,\"f32\",[2],[1],0]},"
+    "{\"name\":\"step\",\"dtype\":\"i64\",\"view\":[3,\"i64\",[],[],0]}]}";
+
+static em_status load_adam(const char *json, em_graph **g) {
+    size_t len = 0;
+    uint8_t *f = make_file(json, "1", (const uint8_t *)HAND_C, sizeof HAND_C, &len);
+    em_status s = em_graph_load_buffer(f, len, g);
+    free(f);
+    return s;
+}
+
+/* The hand-written AdamW step: 3 runs on ref and cpu are 3 eager AdamW steps (weight decay
+ * 0.25, gradients scaled by 2), the count in the graph 3; then each hostile edit is refused,
+ * by the loader (EM_ERR_IO) or when the call is checked or run. */
+static void test_adam_step_call(void **state) {
+    (void)state;
+    static const int64_t S2[1] = {2};
+    static const float G[2] = {0.5f, -1.25f};
+    em_graph *g = NULL;
+    OK(load_adam(ADAM, &g));
+    size_t len = 0;
+    uint8_t *f = make_file(ADAM, "1", (const uint8_t *)HAND_C, sizeof HAND_C, &len);
+    seed_bytes(f, len, "adam");
+    free(f);
+    const char *devs[2] = {"ref", "cpu"};
+    for (int d = 0; d < 2; d++) {
+        em_device dev;
+        if (em_device_parse(devs[d], &dev) != EM_OK) continue;
+        em_device ad;
+        OK(em_device_autodiff(dev, EM_CKPT_DISABLED, &ad));
+        em_tensor *p = from(HAND_C, EM_F32, S2, 1, ad), *gr = from(G, EM_F32, S2, 1, dev);
+        OK(em_tensor_require_grad(p));
+        em_params *ps = NULL;
+        em_optimizer *opt = NULL;
+        OK(em_params_create(&ps));
+        OK(em_params_add(ps, "p", &p));
+        OK(em_optimizer_adamw(ps, 0.1, 0.9, 0.999, 1e-8, 0.25, &opt));
+        em_exec *e = NULL;
+        OK(em_graph_prepare(g, dev, &e));
+        for (int k = 0; k < 3; k++) {
+            em_grads *gs = NULL;
+            OK(em_grads_create(&gs));
+            OK(em_grads_set(gs, p, gr));
+            OK(em_optimizer_step(opt, gs, 2.0));
+            em_grads_release(gs);
+            const em_tensor *in[1] = {gr};
+            em_tensor *out[1] = {NULL};
+            OK(em_exec_run(e, in, 1, out, 1));
+            same_bits(p, out[0]);
+            em_tensor_release(out[0]);
+        }
+        em_tensor *t = NULL;
+        int64_t count = 0;
+        OK(em_exec_state(e, "step", &t));
+        OK(em_tensor_to_data(t, &count, sizeof count));
+        assert_int_equal(count, 3);
+        em_tensor_release(t);
+        em_exec_release(e);
+        em_optimizer_release(opt);
+        em_params_release(ps);
+        em_tensor_release(p);
+        em_tensor_release(gr);
+    }
+    em_graph_release(g);
+    /* refused by the loader */
+    static const struct {
+        const char *from, *to;
+    } io[] = {
+        {"\"sub\":1", "\"sub\":2"},                                   /* Adam or AdamW */
+        {"1e-8,0.25,2]", "1e-8,0.25]"},                               /* 6 doubles */
+        {",[3,\"i64\",[],[],0]]", "]"},                               /* 5 views */
+        {",[3,\"i64\",[],[],0]]", ",null]"},                          /* none optional */
+    };
+    for (size_t i = 0; i < sizeof io / sizeof io[0]; i++) {
+        char *j = replaced(ADAM, io[i].from, io[i].to);
+        g = NULL;
+        assert_int_equal(load_adam(j, &g), EM_ERR_IO);
+        assert_null(g);
+        free(j);
+    }
+    /* loaded, refused when the call is checked (em_graph_prepare) or run */
+    static const struct {
+        const char *from, *to, *why;
+        em_status s;
+        bool at_run;
+    } bad[] = {
+        {"0.1,0.9,", "0.1,1.5,", "betas", EM_ERR_ARG, false},
+        {"0.1,0.9,", "-0.1,0.9,", "lr", EM_ERR_ARG, false},
+        {"0.25,2]", "0.25,\"inf\"]", "grad_scale", EM_ERR_ARG, false},
+        {"1e-8,0.25", "\"nan\",0.25", "eps", EM_ERR_ARG, false},
+        {",[3,\"i64\",[],[],0]]", ",[3,\"f32\",[],[],0]]", "view 4", EM_ERR_DTYPE, false},
+        {",[3,\"i64\",[],[],0]]", ",[1,\"i64\",[],[],0]]", "overlaps", EM_ERR_ARG, false},
+        /* an empty count: nothing runs, as for any call whose primary view is empty */
+        {",[3,\"i64\",[],[],0]]", ",[3,\"i64\",[0],[1],0]]", "", EM_OK, false},
+        {"[4,\"f32\",[2],[1],0],[3", "[4,\"f32\",[1],[1],0],[3", "differs", EM_ERR_SHAPE, false},
+        {"[[3,\"i64\",[],[],0]],\"doubles\":[0]", "[[3,\"i64\",[],[],0]],\"doubles\":[-1]",
+         "out of range", EM_ERR_ARG, true},
+    };
+    em_device ref = dev_of("ref");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *j = replaced(ADAM, bad[i].from, bad[i].to);
+        g = NULL;
+        OK(load_adam(j, &g));
+        em_exec *e = NULL;
+        em_status s = em_graph_prepare(g, ref, &e);
+        if (bad[i].at_run) {
+            OK(s);
+            em_tensor *gr = from(G, EM_F32, S2, 1, ref);
+            const em_tensor *in[1] = {gr};
+            s = em_exec_run(e, in, 1, NULL, 0);
+            em_tensor_release(gr);
+        }
+        if (s != bad[i].s || (s != EM_OK && !strstr(em_last_error(), bad[i].why)))
+            fail_msg("edit %zu: %s (%s), expected %s about '%s'", i, em_status_name(s),
+                     em_last_error(), em_status_name(bad[i].s), bad[i].why);
+        em_exec_release(e);
+        em_graph_release(g);
+        free(j);
+    }
+}
+
 /* batch_norm (training, running statistics as state) and rms_norm: fused calls and their
  * compositions (alt steps); the loaded graph's runs are the recorded graph's, bit for bit, on
  * ref and cpu. */
@@ -902,6 +1046,7 @@ int main(void) {
         cmocka_unit_test(test_truncated_and_tampered),
         cmocka_unit_test(test_small_graphs),
         cmocka_unit_test(test_training_step),
+        cmocka_unit_test(test_adam_step_call),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_save_errors),
     };
