@@ -409,6 +409,90 @@ static void test_adamw_step_is_one_graph(void **state) {
     adam_case(true, 0.0, 1.0);
 }
 
+/* A parameter of dtype dt (on dev, or capture+autodiff) with the values of PV. */
+static const float PV[7] = {0.5f, -1.5f, 2.25f, 0.0f, 3.0f, -0.125f, 1e-3f};
+static const int64_t PS[1] = {7};
+
+static em_tensor *param_of(em_dtype dt, em_device dev) {
+    em_device inner = dev;
+    inner.autodiff = false;
+    inner.checkpointing = EM_CKPT_NONE;
+    em_tensor *f = from(PV, EM_F32, PS, 1, inner), *c = NULL, *p = NULL;
+    OK(em_cast(f, dt, &c));
+    OK(em_to_device(c, dev, &p));
+    OK(em_tensor_require_grad(p));
+    em_tensor_release(f);
+    em_tensor_release(c);
+    return p;
+}
+
+/* Each float dtype, Adam and AdamW (weight decay 0.1, gradients scaled by 0.5), gradients
+ * given by hand (em_grads_set: a graph input): 4 runs are 4 eager steps on every device, bit
+ * for bit (f16 and bf16 too, whose fused and composed steps differ: the replay takes the form
+ * the eager step takes). */
+static void test_adam_dtypes(void **state) {
+    (void)state;
+    static const em_dtype dts[4] = {EM_F32, EM_F64, EM_F16, EM_BF16};
+    em_device devs[3], cap = dev_of("capture"), capad = dev_of("capture+autodiff");
+    int nd = adam_devices(devs);
+    for (int t = 0; t < 4; t++)
+        for (int w = 0; w < 2; w++) {
+            const em_dtype dt = dts[t];
+            em_graph *g = NULL;
+            OK(em_graph_begin(&g));
+            em_tensor *cp = param_of(dt, capad), *gin = NULL;
+            em_params *ps = NULL;
+            em_optimizer *o = NULL;
+            OK(em_params_create(&ps));
+            OK(em_params_add(ps, "p", &cp));
+            OK(make_adam(w == 1, ps, 0.1, &o));
+            OK(em_graph_input(g, "g", dt, PS, 1, cap, &gin));
+            em_grads *gs = NULL;
+            OK(em_grads_create(&gs));
+            OK(em_grads_set(gs, cp, gin));
+            OK(em_optimizer_step(o, gs, 0.5));
+            em_grads_release(gs);
+            OK(em_graph_name(g, "p", cp));
+            OK(em_graph_end(g));
+            em_optimizer_release(o);
+            em_params_release(ps);
+            em_tensor_release(gin);
+            em_tensor_release(cp);
+            for (int d = 0; d < nd; d++) {
+                em_device ad;
+                OK(em_device_autodiff(devs[d], EM_CKPT_DISABLED, &ad));
+                em_tensor *p = param_of(dt, ad);
+                OK(em_params_create(&ps));
+                OK(em_params_add(ps, "p", &p));
+                OK(make_adam(w == 1, ps, 0.1, &o));
+                em_exec *e = NULL;
+                OK(em_graph_prepare(g, devs[d], &e));
+                for (int k = 0; k < 4; k++) {
+                    float gv[7];
+                    for (int i = 0; i < 7; i++) gv[i] = (float)((i - 3) * 0.37 + k * 0.11);
+                    em_tensor *gf = from(gv, EM_F32, PS, 1, devs[d]), *gt = NULL, *r = NULL;
+                    OK(em_cast(gf, dt, &gt));
+                    OK(em_grads_create(&gs));
+                    OK(em_grads_set(gs, p, gt));
+                    OK(em_optimizer_step(o, gs, 0.5));
+                    em_grads_release(gs);
+                    const em_tensor *in[1] = {gt};
+                    OK(em_exec_run(e, in, 1, NULL, 0));
+                    OK(em_exec_state(e, "p", &r));
+                    same_bytes(p, r);
+                    em_tensor_release(r);
+                    em_tensor_release(gt);
+                    em_tensor_release(gf);
+                }
+                em_exec_release(e);
+                em_optimizer_release(o);
+                em_params_release(ps);
+                em_tensor_release(p);
+            }
+            em_graph_release(g);
+        }
+}
+
 /* Adam's state made in the step (the optimizer made after the first input) would be made anew
  * by every run: the captured step refuses it. */
 static void test_adam_state_in_the_step(void **state) {
@@ -558,6 +642,7 @@ int main(void) {
         cmocka_unit_test(test_training_step_is_one_graph),
         cmocka_unit_test(test_adam_step_is_one_graph),
         cmocka_unit_test(test_adamw_step_is_one_graph),
+        cmocka_unit_test(test_adam_dtypes),
         cmocka_unit_test(test_adam_state_in_the_step),
         cmocka_unit_test(test_no_values_on_capture),
         cmocka_unit_test(test_run_checks_inputs),
