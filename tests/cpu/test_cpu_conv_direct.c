@@ -14,6 +14,9 @@
  *   - x in the row layout and in the flat layout (rows of exactly OW elements a tap column,
  *     vectors across rows), each chosen by the shape rule under EMBER_CPU_CONV=direct and
  *     forced on every case by ctest's runs with direct-rows and direct-flat;
+ *   - the avx512 copy's masked kernels (x read in place, taps in the padding masked off):
+ *     planes of up to 256 outputs with a partial last slot or an odd count of slots, rows
+ *     fewer than x's, 1x1 kernels with strides 1, 2 and 3 (x subsampled a chunk at a time);
  *   - the weight gradient (direct over the batch);
  *   - no fallback to ref.
  */
@@ -36,6 +39,15 @@ static void conv_direct_cases(void **state) {
         {{2, 3, 12, 12}, {3, 3, 5, 5}, 1, 2, 2, 1, 1},     /* 5x5 /2 */
         {{3, 2, 9, 9}, {3, 2, 3, 3}, 1, 1, 3, 1, 0},       /* convt: equivalent padding -1 */
         {{2, 8, 13, 13}, {8, 8, 3, 3}, 1, 2, 3, 1, 1},     /* convt /2: negative phase padding */
+        /* the avx512 copy's masked kernels (planes of up to 256 outputs, x read in place) */
+        {{2, 8, 16, 16}, {11, 8, 3, 3}, 1, 1, 1, 1, 0},    /* 16x16: 256 outputs, 11 = 8+3 */
+        {{2, 5, 7, 7}, {9, 5, 3, 3}, 1, 1, 1, 1, 0},       /* 7x7: a partial slot, 4 slots */
+        {{2, 3, 9, 9}, {4, 3, 3, 3}, 1, 1, 2, 2, 0},       /* 9x9: 6 slots, dilation 2 */
+        {{2, 4, 10, 12}, {6, 4, 5, 3}, 1, 1, 1, 1, 0},     /* 5x3: OH = 8 < H, OW = W */
+        {{1, 8, 4, 4}, {5, 8, 3, 3}, 1, 1, 1, 1, 0},       /* 4x4: one slot, most taps masked */
+        {{2, 16, 16, 16}, {24, 16, 1, 1}, 1, 2, 0, 1, 0},  /* 1x1 /2 (a shortcut): subsampled */
+        {{2, 6, 13, 11}, {10, 3, 1, 1}, 2, 3, 0, 1, 0},    /* 1x1 /3, groups, 5x4 outputs */
+        {{2, 4, 9, 9}, {7, 4, 1, 1}, 1, 1, 0, 1, 0},       /* 1x1, unit stride: x in place */
     };
     run_conv_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -15,7 +15,10 @@
  *     (image, group, output row). Rows that would leave a fifth of the lanes idle (8x8 planes
  *     of 16 lanes) take x in a flat layout instead (flat_rows: KW copies of the rows, exactly
  *     OW wide, so a vector runs across rows): a ResNet's 64->64 3x3 conv on 8x8 planes went
- *     from 94 to 161 GF/s, its 32->64 /2 one from 60 to 108 (one Zen 5 core). conv2d_weight_grad (planes of 1024 outputs or more): tiles of
+ *     from 94 to 161 GF/s, its 32->64 /2 one from 60 to 108 (one Zen 5 core). At the avx512
+ *     level, f32 planes of up to 256 outputs with unit strides and rows as wide as x's (3x3
+ *     'same'), and 1x1 convs of any stride (x subsampled), read x in place with masked loads
+ *     instead (conv_masked: no padded copy). conv2d_weight_grad (planes of 1024 outputs or more): tiles of
  *     WO output channels x WT taps summed over every output position of an image, the lane
  *     sums at the end, each batch slice summed in double and the slices added in order.
  *     conv_transpose2d with unit strides is the conv2d of x with the flipped kernel and padding
@@ -847,10 +850,12 @@ static wfinish_fn wgrad_finisher(em_dtype dt) {
 }
 
 /* EMBER_CPU_CONV=direct|gemm forces a method where both apply (benchmarks, tests);
- * direct-rows and direct-flat force the direct kernels with one layout of x (the row layout,
- * or the flat one that direct picks for rows that would leave lanes idle); unset or auto: the
- * shape rules (use_direct). Read once. */
-enum { CONV_AUTO, CONV_DIRECT, CONV_GEMM, CONV_DIRECT_ROWS, CONV_DIRECT_FLAT };
+ * direct-rows and direct-flat force the direct kernels with one padded layout of x (the row
+ * layout, or the flat one that direct picks for rows that would leave lanes idle), and
+ * direct-padded the padded copy with the layout the shape rule picks (no masked kernels:
+ * what auto ran before them, for benchmarks); unset or auto: the shape rules (use_direct,
+ * masked_applies). Read once. */
+enum { CONV_AUTO, CONV_DIRECT, CONV_GEMM, CONV_DIRECT_ROWS, CONV_DIRECT_FLAT, CONV_DIRECT_PADDED };
 static int conv_mode(void) {
     static _Atomic int mode = -1;
     int m = atomic_load_explicit(&mode, memory_order_relaxed);
@@ -861,6 +866,7 @@ static int conv_mode(void) {
             : strcmp(e, "gemm") == 0        ? CONV_GEMM
             : strcmp(e, "direct-rows") == 0 ? CONV_DIRECT_ROWS
             : strcmp(e, "direct-flat") == 0 ? CONV_DIRECT_FLAT
+            : strcmp(e, "direct-padded") == 0 ? CONV_DIRECT_PADDED
                                             : CONV_AUTO;
         atomic_store_explicit(&mode, m, memory_order_relaxed);
     }
@@ -869,7 +875,8 @@ static int conv_mode(void) {
 /* the direct kernels forced, in either layout */
 static bool conv_forced_direct(void) {
     const int m = conv_mode();
-    return m == CONV_DIRECT || m == CONV_DIRECT_ROWS || m == CONV_DIRECT_FLAT;
+    return m == CONV_DIRECT || m == CONV_DIRECT_ROWS || m == CONV_DIRECT_FLAT ||
+           m == CONV_DIRECT_PADDED;
 }
 
 /* Padded scratch per task is kept near this size (rows are padded in blocks). */
@@ -996,9 +1003,298 @@ static void direct_range(int64_t lo, int64_t hi, void *arg) {
 PACK(float, f32)
 PACK(double, f64)
 
+#ifdef CONV_512
+/* ---- convolutions read straight from x: masked loads (the avx512 copy, f32) ----
+ *
+ * When both strides are 1 and the output rows are as wide as x's (OW == W: 3x3 with padding
+ * 1, 5x5 with 2, dilated ones with padding d; 1x1 without padding), output position
+ * p = oy*OW + ox reads tap (kh, kw) at p + (kh*dy - py)*W + (kw*dx - px) of x's plane:
+ * consecutive positions, across rows too, read consecutive elements. Slots of 16 consecutive
+ * positions of the plane load each tap with a mask that zeroes the lanes whose tap falls in
+ * the padding (a column left or right of x, a row above or below it: what a zero-padded copy
+ * would hold) or past the plane's end; masked-off lanes are not read. So x is not copied at
+ * all, and 8x8 planes fill the vectors. Strided 1x1 convolutions (a ResNet's shortcuts) run
+ * as the 1x1 conv of x subsampled, a chunk of positions at a time, in place of im2col + a
+ * GEMM of a 16..32-term reduction.
+ * The masks depend only on (slot, kh) and (slot, kw): made once a call (rowm, colm) and ANDed
+ * per tap. Tiles of OB output channels x 2 slots (the row layout's registers), the weights
+ * packed as the row layout's ([c][kh][kw][ob]); taps outer, channels inner (a tap's masks
+ * fixed over the channel loop).
+ * Where: planes of up to 256 positions (masked_applies). On larger planes the channel loop's
+ * rows alias in L1 (4 KiB planes, each channel's row in the same cache set) and the padded
+ * copy won: one Zen 5 core, batch 16, 3x3 convs, ms masked / padded: 64->64 8x8 0.40 / 0.44,
+ * 32->32 16x16 0.38 / 0.41, 16->16 32x32 0.48 / 0.42, 3->16 32x32 0.10 / 0.08. */
+#include <immintrin.h>
+
+#define MS_NV 2    /* slots a tile */
+#define MS_CHUNK 8 /* slots every channel block runs over in turn (their x stays in L1) */
+#define MS_TAPS 64 /* taps (KH*KW) at most */
+#define MS_PLANE 256 /* output positions of a plane at most */
+
+typedef struct masked_job {
+    geom q;                /* the caller's conv */
+    const float *x;        /* [N, C, H, W] contiguous */
+    float *out;            /* [N, O, OH, OW] */
+    const float *wpk;      /* blocks of ob channels at (g*Og + o0)*K: [Cg][KH][KW][ob] */
+    const float *bias;     /* [O] or NULL */
+    const uint16_t *rowm;  /* [KH][ns]: lanes whose tap row kh is in x */
+    const uint16_t *colm;  /* [KW][ns]: lanes whose tap column kw is in x (and p < OHW) */
+    int64_t ns, chunks;    /* slots of a plane, chunks of slots */
+    bool phases;           /* strided: x split into phase planes first (masked_phases) */
+    int64_t pcs;           /* floats a channel's phase planes take (those made, and a cache
+                            * line: channels 4 KiB apart would share L1's sets) */
+    int8_t slot[16];       /* phase a*sx + b: its place among the planes made, or -1 (no tap
+                            * reads it) */
+    int64_t toff[MS_TAPS]; /* tap kh*KW + kw of position p at p + toff in a channel */
+    atomic_bool failed;    /* a task's scratch allocation failed */
+} masked_job;
+
+/* The taps of q in the masked kernels' terms. Output (oy, ox) reads x row oy*sy + kh*dy - py
+ * = (oy + da)*sy + a, a in [0, sy): row oy + da of phase row a (x's rows a, a + sy, ...;
+ * Hp of them), and likewise columns (b, db, Wp). With unit strides a = b = 0 and the phase
+ * is x itself. */
+typedef struct ms_axis {
+    int64_t ph, d, n; /* phase, offset, phase length */
+} ms_axis;
+static ms_axis ms_axis_of(int64_t k, int64_t dil, int64_t pad, int64_t s, int64_t size) {
+    const int64_t t = k * dil - pad;
+    const int64_t d = t >= 0 ? t / s : -((-t + s - 1) / s); /* floor(t / s) */
+    const int64_t ph = t - d * s;
+    return (ms_axis){ph, d, ph < size ? (size - ph + s - 1) / s : 0};
+}
+
+/* Slots [s0, s1) of one image and group for the OB channels at wb (bias b or NULL, output
+ * planes at o): position p of channel c at xs + (c*cs + p) floats (xs an address: it may lie
+ * before the buffer, which is only read at positions in range). */
+#define MBLOCK(OB)                                                                                 \
+    static void mblock_##OB(const masked_job *j, uintptr_t xs, int64_t cs, int64_t s0,            \
+                            int64_t s1, const float *wb, const float *b, float *o) {               \
+        const geom *q = &j->q;                                                                     \
+        const int64_t OHW = q->OH * q->OW, Cg = q->Cg, ns = j->ns, KK = q->KH * q->KW;           \
+        for (int64_t s = s0; s < s1; s += MS_NV) {                                                 \
+            const bool two = s + 1 < s1;                                                           \
+            __m512 acc[OB][MS_NV];                                                                 \
+            UNROLL for (int i = 0; i < OB; i++) {                                                  \
+                acc[i][0] = _mm512_set1_ps(b ? b[i] : 0.0f);                                       \
+                acc[i][1] = acc[i][0];                                                             \
+            }                                                                                      \
+            for (int64_t kh = 0; kh < q->KH; kh++) {                                               \
+                const __mmask16 r0 = j->rowm[kh * ns + s];                                         \
+                const __mmask16 r1 = two ? j->rowm[kh * ns + s + 1] : 0;                           \
+                for (int64_t kw = 0; kw < q->KW; kw++) {                                           \
+                    const __mmask16 m0 = r0 & j->colm[kw * ns + s];                                \
+                    const __mmask16 m1 = two ? r1 & j->colm[kw * ns + s + 1] : 0;                  \
+                    if (!(m0 | m1)) continue; /* every lane in the padding */                      \
+                    uintptr_t xa = xs + (uintptr_t)(s * 16 + j->toff[kh * q->KW + kw]) *           \
+                                            sizeof(float);                                         \
+                    const float *wc = wb + (kh * q->KW + kw) * OB;                                 \
+                    for (int64_t c = 0; c < Cg; c++, xa += (uintptr_t)cs * sizeof(float),          \
+                                 wc += KK * OB) {                                                  \
+                        const __m512 x0 = _mm512_maskz_loadu_ps(m0, (const void *)xa);            \
+                        const __m512 x1 = _mm512_maskz_loadu_ps(m1, (const void *)(xa + 64));     \
+                        UNROLL for (int i = 0; i < OB; i++) {                                      \
+                            __m512 wv;                                                             \
+                            BC_F32(wv, wc + i);                                                    \
+                            acc[i][0] = _mm512_fmadd_ps(wv, x0, acc[i][0]);                        \
+                            acc[i][1] = _mm512_fmadd_ps(wv, x1, acc[i][1]);                        \
+                        }                                                                          \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+            UNROLL for (int v = 0; v < MS_NV; v++) {                                               \
+                const int64_t p = (s + v) * 16;                                                    \
+                if (v == 1 && !two) break;                                                         \
+                if (p + 16 <= OHW) {                                                               \
+                    UNROLL for (int i = 0; i < OB; i++)                                            \
+                        _mm512_storeu_ps(o + i * OHW + p, acc[i][v]);                              \
+                } else {                                                                           \
+                    const __mmask16 sm = (__mmask16)((1u << (OHW - p)) - 1);                       \
+                    UNROLL for (int i = 0; i < OB; i++)                                            \
+                        _mm512_mask_storeu_ps(o + i * OHW + p, sm, acc[i][v]);                     \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+MBLOCK(1)
+MBLOCK(2)
+MBLOCK(3)
+MBLOCK(4)
+MBLOCK(5)
+MBLOCK(6)
+MBLOCK(7)
+MBLOCK(8)
+
+/* The phase planes of x's channels of image n, group g (strided convs): channel c's plane
+ * (a, b) at dst + c*pcs + slot[a*sx + b]*OHW, rows of OW (Hp x Wp of them hold x; the kernels'
+ * masks keep them from reading the rest). */
+static void masked_phases(const masked_job *j, const float *xg, float *dst) {
+    const geom *q = &j->q;
+    const int64_t OHW = q->OH * q->OW;
+    for (int64_t c = 0; c < q->Cg; c++)
+        for (int64_t a = 0; a < q->sy; a++)
+            for (int64_t b = 0; b < q->sx; b++) {
+                const int k = j->slot[a * q->sx + b];
+                if (k < 0) continue;
+                const int64_t Hp = a < q->H ? (q->H - a + q->sy - 1) / q->sy : 0;
+                const int64_t Wp = b < q->W ? (q->W - b + q->sx - 1) / q->sx : 0;
+                float *d = dst + c * j->pcs + k * OHW;
+                const float *sc = xg + c * q->H * q->W + a * q->W + b;
+                for (int64_t i = 0; i < Hp; i++, d += q->OW) {
+                    const float *sr = sc + i * q->sy * q->W;
+                    if (q->sx == 2) /* a constant stride: vectorized */
+                        for (int64_t jx = 0; jx < Wp; jx++) d[jx] = sr[2 * jx];
+                    else
+                        for (int64_t jx = 0; jx < Wp; jx++) d[jx] = sr[jx * q->sx];
+                }
+            }
+}
+
+/* Units: (n, g, chunk of slots), every channel block over the chunk; strided: (n, g), its
+ * phase planes made first. */
+static void masked_range(int64_t lo, int64_t hi, void *arg) {
+    masked_job *j = arg;
+    const geom *q = &j->q;
+    const int64_t K = q->Cg * q->KH * q->KW, OHW = q->OH * q->OW;
+    float *buf = j->phases ? cpu_scratch((size_t)(q->Cg * j->pcs) * sizeof(float)) : NULL;
+    if (j->phases && !buf) {
+        atomic_store_explicit(&j->failed, true, memory_order_relaxed);
+        return;
+    }
+    const int64_t per = j->phases ? j->chunks : 1; /* chunks a unit */
+    for (int64_t u = lo; u < hi; u++) {
+        const int64_t ng = j->phases ? u : u / j->chunks;
+        const int64_t n = ng / q->G, g = ng % q->G;
+        const float *xg = j->x + (n * q->C + g * q->Cg) * q->H * q->W;
+        uintptr_t xs = (uintptr_t)xg;
+        int64_t cs = q->H * q->W;
+        if (j->phases) {
+            masked_phases(j, xg, buf);
+            xs = (uintptr_t)buf;
+            cs = j->pcs;
+        }
+        for (int64_t k = 0; k < per; k++) {
+            const int64_t ch = j->phases ? k : u % j->chunks;
+            const int64_t s0 = ch * MS_CHUNK, s1 = s0 + MS_CHUNK < j->ns ? s0 + MS_CHUNK : j->ns;
+            for (int64_t o0 = 0; o0 < q->Og;) {
+                const int64_t nb = block_of(q->Og - o0);
+                const float *wb = j->wpk + (g * q->Og + o0) * K;
+                const float *b = j->bias ? j->bias + g * q->Og + o0 : NULL;
+                float *o = j->out + (n * q->O + g * q->Og + o0) * OHW;
+                switch (nb) {
+                case 1: mblock_1(j, xs, cs, s0, s1, wb, b, o); break;
+                case 2: mblock_2(j, xs, cs, s0, s1, wb, b, o); break;
+                case 3: mblock_3(j, xs, cs, s0, s1, wb, b, o); break;
+                case 4: mblock_4(j, xs, cs, s0, s1, wb, b, o); break;
+                case 5: mblock_5(j, xs, cs, s0, s1, wb, b, o); break;
+                case 6: mblock_6(j, xs, cs, s0, s1, wb, b, o); break;
+                case 7: mblock_7(j, xs, cs, s0, s1, wb, b, o); break;
+                default: mblock_8(j, xs, cs, s0, s1, wb, b, o); break;
+                }
+                o0 += nb;
+            }
+        }
+    }
+    if (buf) cpu_scratch_free(buf);
+}
+
+/* The phase planes the taps of q read: slot[a*sx + b] their order (-1: none), their count. */
+static int64_t ms_slots(const geom *q, int8_t slot[16]) {
+    memset(slot, -1, 16);
+    int64_t n = 0;
+    for (int64_t kh = 0; kh < q->KH; kh++)
+        for (int64_t kw = 0; kw < q->KW; kw++) {
+            const int64_t a = ms_axis_of(kh, q->dy, q->py, q->sy, q->H).ph;
+            const int64_t b = ms_axis_of(kw, q->dx, q->px, q->sx, q->W).ph;
+            if (slot[a * q->sx + b] < 0) slot[a * q->sx + b] = (int8_t)n++;
+        }
+    return n;
+}
+
+/* Whether the masked kernels run the forward conv q: f32, planes of up to MS_PLANE outputs,
+ * the reduction (Cg*KH*KW) as the direct kernels' (use_direct_of; for 1x1 kernels at most
+ * 256 terms: GEMMs win beyond), and either unit strides with rows as wide as x's (x read in
+ * place) or strides whose taps all read phase rows oy + d with d <= 0 of phases no longer than
+ * the output (3x3 with padding 1 and 1x1 without padding, stride 2; phase planes OH x OW). */
+static bool masked_applies(const geom *q, em_dtype dt) {
+    const int m = conv_mode();
+    if (dt != EM_F32 || (m != CONV_AUTO && m != CONV_DIRECT) || q->OH * q->OW > MS_PLANE ||
+        q->KH * q->KW > MS_TAPS || q->sy * q->sx > 16)
+        return false;
+    const int64_t K = q->Cg * q->KH * q->KW;
+    if (!(q->KH * q->KW == 1 ? K <= 256 || q->Og < 8 : K <= 1536 || q->Og < 8)) return false;
+    if (q->sy == 1 && q->sx == 1) return q->OW == q->W;
+    for (int64_t k = 0; k < q->KH; k++) {
+        const ms_axis r = ms_axis_of(k, q->dy, q->py, q->sy, q->H);
+        if (r.d > 0 || r.n > q->OH) return false;
+    }
+    for (int64_t k = 0; k < q->KW; k++) {
+        const ms_axis c = ms_axis_of(k, q->dx, q->px, q->sx, q->W);
+        if (c.d > 0 || c.n > q->OW) return false;
+    }
+    /* a task's phase planes stay in L1 (48 KiB on Zen 5; larger ones ran slower than the
+     * padded rows: 16->32 /2 on 32x32, 0.32 ms against 0.27) */
+    int8_t slot[16];
+    return q->Cg * (ms_slots(q, slot) * q->OH * q->OW + 16) * (int64_t)sizeof(float) <= 40 * 1024;
+}
+
+/* The forward conv q by the masked kernels; flip as in pack_f32. */
+static em_status conv_masked(const geom *q, const float *x, const float *w, const float *bias,
+                             float *out, int flip) {
+    const int64_t K = q->Cg * q->KH * q->KW, OHW = q->OH * q->OW;
+    const int64_t ns = (OHW + 15) / 16;
+    const bool phases = q->sy > 1 || q->sx > 1;
+    float *wpk = cpu_scratch((size_t)(q->O * K) * sizeof(float));
+    uint16_t *masks = cpu_scratch((size_t)((q->KH + q->KW) * ns) * sizeof(uint16_t));
+    if (!wpk || !masks) {
+        if (wpk) cpu_scratch_free(wpk);
+        if (masks) cpu_scratch_free(masks);
+        return oom();
+    }
+    pack_f32(w, wpk, q, flip);
+    masked_job j = {.q = *q, .x = x, .out = out, .wpk = wpk, .bias = bias, .ns = ns,
+                    .chunks = (ns + MS_CHUNK - 1) / MS_CHUNK, .phases = phases};
+    j.pcs = ms_slots(q, j.slot) * OHW + 16;
+    /* lane masks: bit l of slot s is position p = s*16 + l; tap offsets in a channel */
+    uint16_t *rowm = masks, *colm = masks + q->KH * ns;
+    memset(masks, 0, (size_t)((q->KH + q->KW) * ns) * sizeof(uint16_t));
+    for (int64_t kh = 0; kh < q->KH; kh++) {
+        const ms_axis r = ms_axis_of(kh, q->dy, q->py, q->sy, q->H);
+        for (int64_t p = 0; p < OHW; p++) {
+            const int64_t i = p / q->OW + r.d;
+            if (i >= 0 && i < r.n) rowm[kh * ns + (p >> 4)] |= (uint16_t)(1u << (p & 15));
+        }
+        for (int64_t kw = 0; kw < q->KW; kw++) {
+            const ms_axis c = ms_axis_of(kw, q->dx, q->px, q->sx, q->W);
+            /* in place (unit strides): row stride W = OW; phases: planes OH x OW */
+            j.toff[kh * q->KW + kw] = j.slot[r.ph * q->sx + c.ph] * OHW + r.d * q->OW + c.d;
+        }
+    }
+    for (int64_t kw = 0; kw < q->KW; kw++) {
+        const ms_axis c = ms_axis_of(kw, q->dx, q->px, q->sx, q->W);
+        for (int64_t p = 0; p < OHW; p++) {
+            const int64_t i = p % q->OW + c.d;
+            if (i >= 0 && i < c.n) colm[kw * ns + (p >> 4)] |= (uint16_t)(1u << (p & 15));
+        }
+    }
+    j.rowm = rowm;
+    j.colm = colm;
+    const int64_t unit_work = q->Og * K * MS_CHUNK * 16 * (phases ? j.chunks : 1);
+    const int64_t grain = (1 << 17) / (unit_work > 0 ? unit_work : 1);
+    cpu_parallel_for(q->N * q->G * (phases ? 1 : j.chunks), grain < 1 ? 1 : grain, masked_range,
+                     &j);
+    cpu_scratch_free(masks);
+    cpu_scratch_free(wpk);
+    return atomic_load(&j.failed) ? oom() : EM_OK;
+}
+#endif /* CONV_512 */
+
 /* Direct convolution for q; x, w, bias contiguous. */
 static em_status conv_direct(const geom *q, em_dtype dt, const void *x, const void *w,
                              const void *bias, void *out, int flip) {
+#ifdef CONV_512
+    if (masked_applies(q, dt))
+        return conv_masked(q, x, w, bias, out, flip);
+#endif
     const size_t elem = em_dtype_size(dt);
     const int64_t VL = VB / (int64_t)elem; /* a partial slot reads VL columns */
     direct_job j = {.q = *q, .x = x, .out = out, .bias = bias, .elem = (int64_t)elem};
@@ -1490,6 +1786,10 @@ static em_status conv2d_f(const em_view *out, const em_view *x, const em_view *w
         const void *pb = bias ? cpu_ptr(&in.v[2]) : NULL;
         if (use_direct(&q, out->dtype))
             s = conv_direct(&q, out->dtype, px, pw, pb, cpu_ptr(out), 0);
+#ifdef CONV_512
+        else if (masked_applies(&q, out->dtype))
+            s = conv_masked(&q, px, pw, pb, cpu_ptr(out), 0);
+#endif
         else
             s = conv_gemm(&q, out->dtype, px, pw, pb, cpu_ptr(out));
     }
