@@ -5,9 +5,12 @@
  * takes the place of one that is already freed when it fits, so the step needs about its peak
  * memory, and a run allocates nothing), and every kernel call is checked once by
  * rs_resolve_kernel (src/wire/exec.c: the graph may come from a file, so each call is hostile
- * input) into views over those places. em_exec_run then binds the inputs (their own buffers when
- * the step only reads them whole), calls the kernels and copies the outputs out. Calls that read
- * index values are checked again at every run (rs_exec_kernel). */
+ * input) into views over those places. The checked calls then become the run list (ex_compile):
+ * one small entry a call, the slot's function with pointers to its views, which are kept once
+ * each in a pool (a run touches only the list and the few distinct views). em_exec_run binds the
+ * inputs (their own buffers when the step only reads them whole: only the pooled views over an
+ * input get its address), calls down the list and copies the outputs out. Calls that read index
+ * values are checked again at every run (rs_exec_kernel). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +35,30 @@ typedef struct ex_kernel {
     em_view v[RW_MAX_VIEWS];
 } ex_kernel;
 
+typedef struct ex_op ex_op;
+typedef em_status (*ex_fn)(em_exec *e, const ex_op *op, char *msg, size_t cap);
+
+/* One entry of the run list: a call of the step (or a write of it). A call checked once at
+ * prepare (RS_DIRECT) runs as fn with v[], pointers into the exec's pool of views; any other
+ * step runs as the generic entry of its kind, from the step itself. */
+struct ex_op {
+    ex_fn fn;
+    const em_view *v[RW_MAX_VIEWS]; /* NULL: absent */
+    const rw_kernel *k;             /* the recorded call (NULL for a write) */
+    int sub;
+    bool alt;                       /* a fused call: success skips its composition */
+    uint32_t ok_next;               /* the entry to run after this one succeeds */
+    uint64_t step;                  /* its step, for messages */
+    int64_t ints[2];
+    double d[RW_MAX_DOUBLES];
+};
+
+/* A pooled view that refers to an input bound at each run: its buf is that input's buffer. */
+typedef struct ex_patch {
+    uint32_t view;
+    uint32_t buf;
+} ex_patch;
+
 /* The GR_ALT_END of the GR_ALT at step i, or the last step when it has none. */
 static uint64_t ex_alt_end(const em_graph *g, uint64_t i) {
     for (uint64_t j = i + 1; j < g->nsteps; j++)
@@ -49,8 +76,14 @@ struct em_exec {
     uint8_t *kind;   /* per buffer: XB_* */
     void **owned;    /* the allocations the exec holds */
     uint32_t nowned;
-    ex_kernel *kern; /* per step of the step section */
+    ex_kernel *kern; /* per step of the step section (prepare only: freed once compiled) */
     void **scratch;  /* per input: a copy made by this run, or NULL */
+    ex_op *run;      /* the run list */
+    uint32_t nrun;
+    em_view *pool;   /* the distinct views of the run list's calls */
+    uint32_t npool;
+    ex_patch *patch; /* the pooled views over inputs bound at each run */
+    uint32_t npatch;
 };
 
 static bool ex_lookup(void *conn, uint64_t id, void **buf, size_t *bytes) {
@@ -93,6 +126,9 @@ void em_exec_release(em_exec *e) {
     free(e->kind);
     free(e->kern);
     free(e->scratch);
+    free(e->run);
+    free(e->pool);
+    free(e->patch);
     gr_release(e->g);
     free(e);
 }
@@ -274,6 +310,220 @@ static em_status ex_resolve(em_exec *e) {
     return s;
 }
 
+/* ---- the run list ---- */
+
+/* The slots a run calls straight from its entry (as rs_call does); any other checked call goes
+ * through rs_run_resolved. */
+static em_status ex_op_fill(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    (void)msg, (void)cap;
+    return e->ops->fill(e->ctx, op->v[0], op->d[0]);
+}
+static em_status ex_op_copy(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    (void)msg, (void)cap;
+    return e->ops->copy(e->ctx, op->v[0], op->v[1]);
+}
+static em_status ex_op_unary(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    (void)msg, (void)cap;
+    return e->ops->unary(e->ctx, (em_unary_op)op->sub, op->v[0], op->v[1], op->d);
+}
+static em_status ex_op_binary(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    (void)msg, (void)cap;
+    return e->ops->binary(e->ctx, (em_binary_op)op->sub, op->v[0], op->v[1], op->v[2]);
+}
+static em_status ex_op_binary_scalar(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    (void)msg, (void)cap;
+    return e->ops->binary_scalar(e->ctx, (em_binary_op)op->sub, op->v[0], op->v[1], op->d[0]);
+}
+static em_status ex_op_where(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    (void)msg, (void)cap;
+    return e->ops->where(e->ctx, op->v[0], op->v[1], op->v[2], op->v[3]);
+}
+static em_status ex_op_reduce(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    (void)msg, (void)cap; /* every dim was range-checked; any negative one means "all" */
+    return e->ops->reduce(e->ctx, (em_reduce_op)op->sub, op->v[0], op->v[1],
+                          op->ints[0] < 0 ? -1 : (int)op->ints[0], op->d);
+}
+static em_status ex_op_softmax(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    (void)msg, (void)cap;
+    return e->ops->softmax(e->ctx, op->v[0], op->v[1], (int)op->ints[0], op->ints[1] != 0);
+}
+static em_status ex_op_matmul(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    (void)msg, (void)cap;
+    return e->ops->matmul(e->ctx, op->v[0], op->v[1], op->v[2]);
+}
+
+/* Any other call checked once: its views copied out of the pool for rs_run_resolved (which
+ * writes msg itself). */
+static em_status ex_op_resolved(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    em_view views[RW_MAX_VIEWS];
+    for (int i = 0; i < RW_MAX_VIEWS; i++)
+        if (op->v[i]) views[i] = *op->v[i];
+    return rs_run_resolved(&e->host, op->k, views, msg, cap);
+}
+
+/* A call checked at every run (it reads index values, or its inputs are copied first). */
+static em_status ex_op_checked(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    return rs_exec_kernel(&e->host, ex_lookup, e, op->k, msg, cap);
+}
+
+/* A write of the step section: its bounds checked here, as the setup's. Sets the error itself
+ * (no k: ex_step passes it on). */
+static em_status ex_op_write(em_exec *e, const ex_op *op, char *msg, size_t cap) {
+    (void)msg, (void)cap;
+    const em_graph *g = e->g;
+    const gr_step *st = &g->steps[op->step];
+    const gr_blob *bl = &g->blobs[st->blob];
+    if (!e->mem[st->buf] || st->offset > g->bufs[st->buf].bytes ||
+        bl->len > g->bufs[st->buf].bytes - st->offset)
+        return emi_fail(EM_ERR_STATE, "em_exec_run: step %llu writes outside buffer %u",
+                        (unsigned long long)op->step, st->buf);
+    if (!bl->len) return EM_OK;
+    return e->ops->write(e->ctx, e->mem[st->buf], (size_t)st->offset, bl->data,
+                         (size_t)bl->len);
+}
+
+static ex_fn ex_fn_of(rw_slot slot) {
+    switch (slot) {
+    case RW_K_FILL: return ex_op_fill;
+    case RW_K_COPY: return ex_op_copy;
+    case RW_K_UNARY: return ex_op_unary;
+    case RW_K_BINARY: return ex_op_binary;
+    case RW_K_BINARY_SCALAR: return ex_op_binary_scalar;
+    case RW_K_WHERE: return ex_op_where;
+    case RW_K_REDUCE: return ex_op_reduce;
+    case RW_K_SOFTMAX: return ex_op_softmax;
+    case RW_K_MATMUL: return ex_op_matmul;
+    default: return ex_op_resolved;
+    }
+}
+
+/* The pool's hash table while compiling: slot + 1 of each pooled view, 0 when free. */
+typedef struct ex_pooler {
+    uint32_t *slot;
+    uint32_t cap; /* a power of two */
+    uint32_t poolcap;
+} ex_pooler;
+
+static uint64_t ex_view_hash(const em_view *v) {
+    const unsigned char *p = (const unsigned char *)v;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof *v; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The pool index of view v (rs_resolve_kernel zeroes a view before filling it, so views compare
+ * as bytes), added when new; UINT32_MAX when out of memory. *added: it was new. */
+static uint32_t ex_pool_add(em_exec *e, ex_pooler *pl, const em_view *v, bool *added) {
+    *added = false;
+    if (2 * ((uint64_t)e->npool + 1) > pl->cap) { /* grow the table, rehash */
+        uint32_t nc = pl->cap ? 2 * pl->cap : 256;
+        uint32_t *t = calloc(nc, sizeof *t);
+        if (!t) return UINT32_MAX;
+        for (uint32_t i = 0; i < e->npool; i++) {
+            uint64_t h = ex_view_hash(&e->pool[i]) & (nc - 1);
+            while (t[h]) h = (h + 1) & (nc - 1);
+            t[h] = i + 1;
+        }
+        free(pl->slot);
+        pl->slot = t;
+        pl->cap = nc;
+    }
+    uint64_t h = ex_view_hash(v) & (pl->cap - 1);
+    for (; pl->slot[h]; h = (h + 1) & (pl->cap - 1))
+        if (memcmp(&e->pool[pl->slot[h] - 1], v, sizeof *v) == 0) return pl->slot[h] - 1;
+    if (e->npool == pl->poolcap) {
+        uint32_t nc = pl->poolcap ? 2 * pl->poolcap : 64;
+        em_view *q = realloc(e->pool, nc * sizeof *q);
+        if (!q) return UINT32_MAX;
+        e->pool = q;
+        pl->poolcap = nc;
+    }
+    e->pool[e->npool] = *v;
+    pl->slot[h] = e->npool + 1;
+    *added = true;
+    return e->npool++;
+}
+
+/* Builds the run list from the checked calls (ex_resolve), then frees them. */
+static em_status ex_compile(em_exec *e) {
+    static const char fn[] = "em_graph_prepare";
+    const em_graph *g = e->g;
+    const uint64_t nk = g->nsteps - g->setup_end;
+    e->run = calloc(nk ? nk : 1, sizeof *e->run);
+    e->patch = NULL;
+    ex_pooler pl = {0};
+    /* a view's pool index while compiling, in v[] as an integer + 1 */
+    em_status s = e->run ? EM_OK : emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    uint32_t cappatch = 0;
+    for (uint64_t i = g->setup_end; i < g->nsteps && s == EM_OK; i++) {
+        const gr_step *st = &g->steps[i];
+        if (st->type == GR_WRITE) {
+            e->run[e->nrun++] = (ex_op){.fn = ex_op_write, .step = i};
+            continue;
+        }
+        if (st->type != GR_KERNEL && st->type != GR_ALT) continue;
+        const ex_kernel *x = &e->kern[i - g->setup_end];
+        if (x->mode == RS_SKIP) {
+            if (st->type == GR_ALT && x->fused) i = x->end; /* neither form runs */
+            continue;
+        }
+        ex_op *op = &e->run[e->nrun++];
+        *op = (ex_op){.k = &st->k, .sub = st->k.sub, .step = i, .alt = st->type == GR_ALT};
+        op->ok_next = op->alt ? (uint32_t)(x->end + 1 - g->setup_end) : 0; /* a step: fixed below */
+        op->ints[0] = st->k.ints[0];
+        op->ints[1] = st->k.ints[1];
+        for (int d = 0; d < RW_MAX_DOUBLES; d++) op->d[d] = st->k.doubles[d];
+        if (x->mode == RS_CHECKED) {
+            op->fn = ex_op_checked;
+            continue;
+        }
+        op->fn = ex_fn_of(st->k.slot);
+        for (int v = 0; v < RW_MAX_VIEWS && s == EM_OK; v++) {
+            if (!(st->k.mask >> v & 1u)) continue;
+            bool added;
+            uint32_t pi = ex_pool_add(e, &pl, &x->v[v], &added);
+            if (pi == UINT32_MAX) {
+                s = emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+                break;
+            }
+            op->v[v] = (const em_view *)(uintptr_t)(pi + 1);
+            if (added && (x->inmask >> v & 1u)) { /* a view over an input: bound at each run */
+                if (e->npatch == cappatch) {
+                    uint32_t nc = cappatch ? 2 * cappatch : 16;
+                    ex_patch *q = realloc(e->patch, nc * sizeof *q);
+                    if (!q) {
+                        s = emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+                        break;
+                    }
+                    e->patch = q;
+                    cappatch = nc;
+                }
+                e->patch[e->npatch++] = (ex_patch){pi, (uint32_t)(st->k.views[v].id - 1)};
+            }
+        }
+    }
+    free(pl.slot);
+    if (s != EM_OK) return s;
+    /* pool indices to pointers (the pool is final now); steps to entries */
+    uint32_t j = 0;
+    for (uint32_t r = 0; r < e->nrun; r++) {
+        ex_op *op = &e->run[r];
+        for (int v = 0; v < RW_MAX_VIEWS; v++)
+            if (op->v[v]) op->v[v] = &e->pool[(uintptr_t)op->v[v] - 1];
+        if (!op->alt) {
+            op->ok_next = r + 1;
+            continue;
+        }
+        /* the first entry at or after the step that follows the composition */
+        const uint64_t target = g->setup_end + op->ok_next;
+        for (j = r + 1; j < e->nrun && e->run[j].step < target; j++) {}
+        op->ok_next = j;
+    }
+    free(e->kern);
+    e->kern = NULL;
+    return EM_OK;
+}
+
 em_status em_graph_prepare(const em_graph *gc, em_device dev, em_exec **out) {
     static const char fn[] = "em_graph_prepare";
     EMI_TRY(emi_check_out(fn, out));
@@ -309,6 +559,7 @@ em_status em_graph_prepare(const em_graph *gc, em_device dev, em_exec **out) {
     s = ex_setup(e);
     if (s == EM_OK) s = ex_plan(e);
     if (s == EM_OK) s = ex_resolve(e);
+    if (s == EM_OK) s = ex_compile(e);
     if (s == EM_OK && e->ops->sync) s = e->ops->sync(e->ctx);
     if (s != EM_OK) {
         em_exec_release(e);
@@ -361,45 +612,27 @@ static em_status ex_bind(em_exec *e, int i, const em_tensor *t) {
     return e->ops->copy(e->ctx, &dst, &t->v);
 }
 
-/* The step's calls. */
+/* The step: the run list, with the pooled views over inputs pointed at this run's buffers. */
 static em_status ex_step(em_exec *e) {
     static const char fn[] = "em_exec_run";
-    const em_graph *g = e->g;
     char msg[512];
-    for (uint64_t i = g->setup_end; i < g->nsteps; i++) {
-        const gr_step *st = &g->steps[i];
-        em_status s = EM_OK;
-        if (st->type == GR_KERNEL || st->type == GR_ALT) {
-            ex_kernel *x = &e->kern[i - g->setup_end];
-            if (x->mode == RS_SKIP) {
-                if (x->fused) i = x->end; /* nothing to compute: neither form runs */
-                continue;
-            }
-            if (x->mode == RS_DIRECT) {
-                for (int v = 0; x->inmask >> v; v++)
-                    if (x->inmask >> v & 1u) x->v[v].buf = e->mem[st->k.views[v].id - 1];
-                s = rs_run_resolved(&e->host, &st->k, x->v, msg, sizeof msg);
-            } else {
-                s = rs_exec_kernel(&e->host, ex_lookup, e, &st->k, msg, sizeof msg);
-            }
-            if (st->type == GR_ALT && s == EM_OK) {
-                i = x->end; /* the fused call ran: its composition does not */
-                continue;
-            }
-            if (st->type == GR_ALT && s == EM_ERR_UNSUPPORTED) continue; /* the composition */
-            if (s != EM_OK)
-                return emi_fail(s, "%s: step %llu: %s", fn, (unsigned long long)i, msg);
-        } else if (st->type == GR_WRITE) {
-            const gr_blob *bl = &g->blobs[st->blob];
-            if (!e->mem[st->buf] || st->offset > g->bufs[st->buf].bytes ||
-                bl->len > g->bufs[st->buf].bytes - st->offset)
-                return emi_fail(EM_ERR_STATE, "%s: step %llu writes outside buffer %u", fn,
-                                (unsigned long long)i, st->buf);
-            if (bl->len)
-                s = e->ops->write(e->ctx, e->mem[st->buf], (size_t)st->offset, bl->data,
-                                  (size_t)bl->len);
-            if (s != EM_OK) return s;
+    for (uint32_t p = 0; p < e->npatch; p++) e->pool[e->patch[p].view].buf = e->mem[e->patch[p].buf];
+    const ex_op *run = e->run;
+    for (uint32_t r = 0; r < e->nrun;) {
+        const ex_op *op = &run[r];
+        em_status s = op->fn(e, op, msg, sizeof msg);
+        if (s == EM_OK) {
+            r = op->ok_next; /* after a fused call: past its composition */
+            continue;
         }
+        if (op->alt && s == EM_ERR_UNSUPPORTED) { /* not this case: the composition runs */
+            r++;
+            continue;
+        }
+        if (!op->k) return s; /* a write: its message is set */
+        if (op->fn != ex_op_resolved && op->fn != ex_op_checked) /* as rs_run_resolved's */
+            snprintf(msg, sizeof msg, "%s: %s", rw_slots[op->k->slot].name, em_last_error());
+        return emi_fail(s, "%s: step %llu: %s", fn, (unsigned long long)op->step, msg);
     }
     return EM_OK;
 }

@@ -274,6 +274,53 @@ static void bin_range(int64_t lo, int64_t hi, void *arg) {
 CPU_SB_RANGE(bin_sb_f32, float, CPU_SB_GATHER_F32, CPU_SB_DENSE_F32, BIN_SB_F32)
 CPU_SB_RANGE(bin_sb_f64, double, CPU_SB_GATHER_F64, CPU_SB_DENSE_F64, BIN_SB_F64)
 
+/* ---- tiny calls: the one row the iteration would make, without building it ---- */
+
+/* How operand v of an elementwise call into out is laid out: 1 dense (out's shape, row-major
+ * without gaps), 0 one value (out's shape, stride 0 along every dim longer than 1), -1 any
+ * other way. */
+static int ew_layout(const em_view *out, const em_view *v) {
+    if (v->rank != out->rank) return -1;
+    bool dense = true, one = true;
+    int64_t st = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        if (v->shape[d] != out->shape[d]) return -1;
+        if (v->shape[d] == 1) continue;
+        dense = dense && v->strides[d] == st;
+        one = one && v->strides[d] == 0;
+        st *= v->shape[d];
+    }
+    return dense ? 1 : one ? 0 : -1;
+}
+
+/* out = a op b (b NULL: the value at *bval) for an f32 or f64 arithmetic op when out is dense,
+ * each operand dense or one value, and the call too small for the pool to split: then
+ * cpu_iter_init merges every dim into one row of numel elements with strides 1 (dense) or 0
+ * (one value), and bin_row_f32 / bin_row_f64 run it as bin_any_* does here, so the bits are
+ * the same. False (nothing done) for any other call. */
+static bool bin_tiny(em_binary_op op, const em_view *out, const em_view *a, const em_view *b,
+                     const void *bval) {
+    const em_dtype dt = out->dtype;
+    if ((dt != EM_F32 && dt != EM_F64) || a->dtype != dt || (b && b->dtype != dt)) return false;
+    if (op > EM_BIN_MIN && op != EM_BIN_ATAN2) return false; /* comparisons, logical ops */
+    const int64_t n = cpu_numel(out);
+    if (n < 2 || n >= 2 * CPU_GRAIN || ew_layout(out, out) != 1) return false;
+    const int la = ew_layout(out, a), lb = b ? ew_layout(out, b) : 0;
+    if (la < 0 || lb < 0) return false;
+    if (dt == EM_F32) {
+        float *o = (float *)out->buf + out->offset;
+        const float *pa = (const float *)a->buf + a->offset;
+        const float *pb = b ? (const float *)b->buf + b->offset : (const float *)bval;
+        bin_any_f32(op, o, pa, la, pb, lb, n);
+    } else {
+        double *o = (double *)out->buf + out->offset;
+        const double *pa = (const double *)a->buf + a->offset;
+        const double *pb = b ? (const double *)b->buf + b->offset : (const double *)bval;
+        bin_any_f64(op, o, pa, la, pb, lb, n);
+    }
+    return true;
+}
+
 /* out = a op b for the arithmetic and logical ops, any layout; false when the dtypes are
  * not ones the core makes (out's differs from the operands'). */
 static bool binary_native(em_binary_op op, const em_view *out, const em_view *a,
@@ -281,6 +328,7 @@ static bool binary_native(em_binary_op op, const em_view *out, const em_view *a,
     em_dtype dt = a->dtype;
     if (b->dtype != dt || out->dtype != dt || op >= EM_BIN_COUNT) return false;
     if ((op >= EM_BIN_EQ && op <= EM_BIN_GE)) return false;
+    if (bin_tiny(op, out, a, b, NULL)) return true;
     bin_job j;
     const em_view *vs[3] = {out, a, b};
     cpu_iter_init(&j.it, 3, vs);
@@ -324,6 +372,10 @@ static em_view scalar_view(const em_view *a, double s, void *elem) {
 
 em_status CPU_K(cpu_binary_scalar)(void *ctx, em_binary_op op, const em_view *out,
                                    const em_view *a, double s) {
+    /* the value as scalar_view stores it (rounded to a's dtype) */
+    const float sf = (float)s;
+    if (bin_tiny(op, out, a, NULL, a->dtype == EM_F32 ? (const void *)&sf : (const void *)&s))
+        return EM_OK;
     _Alignas(8) unsigned char elem[8] = {0};
     em_view b = scalar_view(a, s, elem);
     if (binary_native(op, out, a, &b)) return EM_OK;

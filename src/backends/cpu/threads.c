@@ -166,9 +166,13 @@ int cpu_threads(void) {
 
 void cpu_parallel_for(int64_t n, int64_t grain, cpu_range_fn fn, void *arg) {
     if (n <= 0) return;
-    int nt = cpu_threads();
     if (grain < 1) grain = 1;
-    if (nt == 1 || n < 2 * grain || pthread_mutex_trylock(&pool.submit) != 0) {
+    if (n < 2 * grain) { /* too small to split: no need to ask the pool */
+        fn(0, n, arg);
+        return;
+    }
+    int nt = cpu_threads();
+    if (nt == 1 || pthread_mutex_trylock(&pool.submit) != 0) {
         fn(0, n, arg);
         return;
     }
