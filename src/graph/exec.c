@@ -24,7 +24,8 @@ enum {
     XB_STATE,      /* made by the setup and alive after it: kept from run to run */
     XB_PLANNED,    /* made by the step: a place in one of the planned allocations */
     XB_INPUT,      /* an input, bound to the caller's buffer (or a copy) at each run */
-    XB_INPUT_COPY, /* an input the step writes into: copied into its own allocation */
+    XB_INPUT_COPY, /* an input the step writes into: the caller's buffer when it is whole and
+                    * no other input shares it, else copied into its own allocation (home) */
 };
 
 typedef struct ex_kernel {
@@ -78,6 +79,8 @@ struct em_exec {
     uint32_t nowned;
     ex_kernel *kern; /* per step of the step section (prepare only: freed once compiled) */
     void **scratch;  /* per input: a copy made by this run, or NULL */
+    void **home;     /* per buffer: an XB_INPUT_COPY buffer's own allocation */
+    bool *inplace;   /* per input: this run binds the written input to the caller's buffer */
     ex_op *run;      /* the run list */
     uint32_t nrun;
     em_view *pool;   /* the distinct views of the run list's calls */
@@ -126,6 +129,8 @@ void em_exec_release(em_exec *e) {
     free(e->kind);
     free(e->kern);
     free(e->scratch);
+    free(e->home);
+    free(e->inplace);
     free(e->run);
     free(e->pool);
     free(e->patch);
@@ -231,6 +236,7 @@ static em_status ex_plan(em_exec *e) {
                 } else {
                     e->kind[b] = XB_INPUT_COPY;
                     s = ex_own(e, fn, g->bufs[b].bytes, &e->mem[b]);
+                    e->home[b] = e->mem[b];
                 }
                 continue;
             }
@@ -302,7 +308,8 @@ static em_status ex_resolve(em_exec *e) {
         }
         x->mode = (uint8_t)mode;
         for (int v = 0; v < RW_MAX_VIEWS; v++)
-            if ((st->k.mask >> v & 1u) && e->kind[st->k.views[v].id - 1] == XB_INPUT)
+            if ((st->k.mask >> v & 1u) && (e->kind[st->k.views[v].id - 1] == XB_INPUT ||
+                                           e->kind[st->k.views[v].id - 1] == XB_INPUT_COPY))
                 x->inmask |= (uint8_t)(1u << v);
     }
     for (uint32_t b = 0; b < g->nbufs; b++)
@@ -551,7 +558,9 @@ em_status em_graph_prepare(const em_graph *gc, em_device dev, em_exec **out) {
     e->owned = calloc(n + 1, sizeof *e->owned);
     e->kern = calloc(nk ? nk : 1, sizeof *e->kern);
     e->scratch = calloc(g->ninputs ? (size_t)g->ninputs : 1, sizeof *e->scratch);
-    if (!e->mem || !e->kind || !e->owned || !e->kern || !e->scratch) {
+    e->home = calloc(n, sizeof *e->home);
+    e->inplace = calloc(g->ninputs ? (size_t)g->ninputs : 1, sizeof *e->inplace);
+    if (!e->mem || !e->kind || !e->owned || !e->kern || !e->scratch || !e->home || !e->inplace) {
         em_exec_release(e);
         return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
     }
@@ -569,9 +578,19 @@ em_status em_graph_prepare(const em_graph *gc, em_device dev, em_exec **out) {
     return EM_OK;
 }
 
-/* Binds input i to t: its own buffer when the step reads it whole and never writes it, else a
- * copy. */
-static em_status ex_bind(em_exec *e, int i, const em_tensor *t) {
+/* Whether input i's tensor shares its storage with another input of this run. */
+static bool ex_shared(const em_exec *e, const em_tensor *const *inputs, int i) {
+    for (int j = 0; j < e->g->ninputs; j++)
+        if (j != i && inputs[j] && inputs[j]->st == inputs[i]->st) return true;
+    return false;
+}
+
+/* Binds input i to t (inputs: this run's, all of them): its own buffer when it is whole
+ * (contiguous from its start) and, for an input the step writes into, no other input shares
+ * its storage (the step then updates it in place, as the program run eagerly did); else a
+ * copy (written back after the step). */
+static em_status ex_bind(em_exec *e, int i, const em_tensor *const *inputs) {
+    const em_tensor *t = inputs[i];
     static const char fn[] = "em_exec_run";
     const gr_named *in = &e->g->inputs[i];
     if (!t) return emi_fail(EM_ERR_ARG, "%s: input '%s' is NULL", fn, in->name);
@@ -595,9 +614,14 @@ static em_status ex_bind(em_exec *e, int i, const em_tensor *t) {
     const uint32_t b = (uint32_t)(in->view.id - 1);
     const uint64_t bytes = e->g->bufs[b].bytes;
     if (e->kind[b] == XB_NONE) return EM_OK; /* the step never uses it */
-    if (e->kind[b] == XB_INPUT && emi_view_is_contiguous(&t->v) && t->v.offset == 0 &&
-        t->st->bytes >= bytes) {
+    const bool whole = emi_view_is_contiguous(&t->v) && t->v.offset == 0 && t->st->bytes >= bytes;
+    if (e->kind[b] == XB_INPUT && whole) {
         e->mem[b] = t->v.buf;
+        return EM_OK;
+    }
+    if (e->kind[b] == XB_INPUT_COPY && whole && !ex_shared(e, inputs, i)) {
+        e->mem[b] = t->v.buf;
+        e->inplace[i] = true;
         return EM_OK;
     }
     if (e->kind[b] == XB_INPUT) {
@@ -679,13 +703,13 @@ em_status em_exec_run(em_exec *e, const em_tensor *const *inputs, int n_inputs,
                         g->noutputs, n_outputs);
     if (n_outputs > 0 && !outputs) return emi_fail_null(fn, "outputs");
     em_status s = EM_OK;
-    for (int i = 0; i < g->ninputs && s == EM_OK; i++) s = ex_bind(e, i, inputs[i]);
+    for (int i = 0; i < g->ninputs && s == EM_OK; i++) s = ex_bind(e, i, inputs);
     if (s == EM_OK) s = ex_step(e);
     /* an input the step wrote into (a module's buffer updated in place, as batch norm's
      * running statistics) gets the values, as the step run eagerly would have left it */
     for (int i = 0; i < g->ninputs && s == EM_OK; i++) {
         const uint32_t b = (uint32_t)(g->inputs[i].view.id - 1);
-        if (e->kind[b] != XB_INPUT_COPY) continue;
+        if (e->kind[b] != XB_INPUT_COPY || e->inplace[i]) continue;
         const em_tensor *t = inputs[i];
         em_view src = t->v;
         src.buf = e->mem[b];
@@ -706,6 +730,8 @@ em_status em_exec_run(em_exec *e, const em_tensor *const *inputs, int n_inputs,
     for (int i = 0; i < g->ninputs; i++) {
         const uint32_t b = (uint32_t)(g->inputs[i].view.id - 1);
         if (e->kind[b] == XB_INPUT) e->mem[b] = NULL;
+        if (e->kind[b] == XB_INPUT_COPY) e->mem[b] = e->home[b];
+        e->inplace[i] = false;
         if (e->scratch[i]) e->ops->free(e->ctx, e->scratch[i]);
         e->scratch[i] = NULL;
     }

@@ -371,6 +371,36 @@ static em_status rs_check_indices(rs_ctx *c, const em_view *ix, int64_t limit) {
         }
         base = tmp;
     }
+    /* dense indices (the common case): their least and greatest in one vectorized pass; the
+     * element by element walk below only finds the bad one to name */
+    bool dense = true;
+    int64_t run = 1;
+    for (int d = ix->rank - 1; d >= 0 && dense; d--) {
+        if (ix->shape[d] != 1 && ix->strides[d] != run) dense = false;
+        run *= ix->shape[d];
+    }
+    if (dense) {
+        const char *p = base + (size_t)(ix->offset - lo) * es;
+        int64_t mn = INT64_MAX, mx = INT64_MIN;
+        if (es == 8)
+            for (int64_t i = 0; i < n; i++) {
+                int64_t v;
+                memcpy(&v, p + (size_t)i * 8, 8);
+                mn = v < mn ? v : mn;
+                mx = v > mx ? v : mx;
+            }
+        else
+            for (int64_t i = 0; i < n; i++) {
+                int32_t v;
+                memcpy(&v, p + (size_t)i * 4, 4);
+                mn = v < mn ? v : mn;
+                mx = v > mx ? v : mx;
+            }
+        if (mn >= 0 && mx < limit) {
+            free(tmp);
+            return EM_OK;
+        }
+    }
     int64_t idx[RW_MAX_RANK] = {0};
     em_status s = EM_OK;
     for (int64_t i = 0; i < n && s == EM_OK; i++) {

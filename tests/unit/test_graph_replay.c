@@ -5,7 +5,9 @@
  * same bits), run after run with other input tensors: an input read whole by several calls
  * and through a slice, one given as its own buffer and one that must be copied (a transposed
  * view), values written by the step itself (a constant made after the inputs), a many-call
- * chain whose views repeat, and an input a call writes into.
+ * chain whose views repeat, and an input a call writes into: bound to the caller's buffer
+ * (updated in place, as eagerly) unless another input of the run shares its storage (then
+ * copied, so that the other input reads the values the step was recorded with).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -239,11 +241,86 @@ static void test_input_written(void **state) {
     em_graph_release(g);
 }
 
+
+/* A written input given the same tensor as another input of the run: the step was recorded
+ * with two tensors, so b must read the caller's values, not the ones the step wrote into a
+ * (a copy of a is written and then copied back); and a written input given as a transposed
+ * view (not whole: copied, written back through the view). */
+static void test_written_input_shared(void **state) {
+    (void)state;
+    em_device cap = dev_of("capture");
+    em_graph *g = NULL;
+    OK(em_graph_begin(&g));
+    const int64_t s4[1] = {4};
+    em_tensor *a = NULL, *b = NULL, *y = NULL, *z = NULL;
+    OK(em_graph_input(g, "a", EM_F32, s4, 1, cap, &a));
+    OK(em_graph_input(g, "b", EM_F32, s4, 1, cap, &b));
+    OK(em_mul_scalar_(a, 2.0, &y)); /* a's buffer, in place */
+    OK(em_add(b, y, &z));           /* b read after a was written */
+    OK(em_graph_output(g, "z", z));
+    OK(em_graph_end(g));
+    em_device devs[2];
+    int nd = replay_devices(devs);
+    for (int d = 0; d < nd; d++) {
+        em_exec *e = NULL;
+        OK(em_graph_prepare(g, devs[d], &e));
+        for (int r = 0; r < 2; r++) {
+            float v[4] = {1.0f + (float)r, -2.0f, 0.5f, 3.0f}, w[4] = {10, 20, 30, 40};
+            float got[4], back[4];
+            /* distinct tensors: a updated in place, z = b + 2a */
+            em_tensor *t = from(v, s4, 1, devs[d]), *u = from(w, s4, 1, devs[d]);
+            em_tensor *out[1] = {NULL};
+            const em_tensor *in2[2] = {t, u};
+            OK(em_exec_run(e, in2, 2, out, 1));
+            OK(em_tensor_to_data(out[0], got, sizeof got));
+            for (int i = 0; i < 4; i++) assert_true(got[i] == w[i] + 2.0f * v[i]);
+            OK(em_tensor_to_data(t, back, sizeof back));
+            for (int i = 0; i < 4; i++) assert_true(back[i] == 2.0f * v[i]);
+            em_tensor_release(out[0]);
+            /* one tensor as both: z = t + 2t, t becomes 2t */
+            em_tensor *x = from(v, s4, 1, devs[d]);
+            const em_tensor *same[2] = {x, x};
+            OK(em_exec_run(e, same, 2, out, 1));
+            OK(em_tensor_to_data(out[0], got, sizeof got));
+            for (int i = 0; i < 4; i++) assert_true(got[i] == v[i] + 2.0f * v[i]);
+            OK(em_tensor_to_data(x, back, sizeof back));
+            for (int i = 0; i < 4; i++) assert_true(back[i] == 2.0f * v[i]);
+            em_tensor_release(out[0]);
+            em_tensor_release(x);
+            em_tensor_release(t);
+            em_tensor_release(u);
+        }
+        /* a written input given as a view that is not whole (every other element) */
+        const int64_t s8[1] = {8};
+        float v8[8] = {1, 100, 2, 100, 3, 100, 4, 100}, w[4] = {0, 0, 0, 0}, got[4], back[8];
+        em_tensor *big = from(v8, s8, 1, devs[d]), *u = from(w, s4, 1, devs[d]), *sl = NULL;
+        OK(em_slice(big, 0, 0, 8, 2, &sl));
+        em_tensor *out[1] = {NULL};
+        const em_tensor *in2[2] = {sl, u};
+        OK(em_exec_run(e, in2, 2, out, 1));
+        OK(em_tensor_to_data(out[0], got, sizeof got));
+        for (int i = 0; i < 4; i++) assert_true(got[i] == 2.0f * (float)(i + 1));
+        OK(em_tensor_to_data(big, back, sizeof back));
+        for (int i = 0; i < 8; i++)
+            assert_true(back[i] == (i % 2 ? 100.0f : 2.0f * (float)(i / 2 + 1)));
+        em_tensor_release(out[0]);
+        em_tensor_release(sl);
+        em_tensor_release(big);
+        em_tensor_release(u);
+        em_exec_release(e);
+    }
+    em_tensor_release(z);
+    em_tensor_release(y);
+    em_tensor_release(b);
+    em_graph_release(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_inputs_bound_each_run),
         cmocka_unit_test(test_two_inputs_swapped),
         cmocka_unit_test(test_input_written),
+        cmocka_unit_test(test_written_input_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
