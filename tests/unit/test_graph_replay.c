@@ -24,36 +24,10 @@
 
 #define OK(x) assert_int_equal((x), EM_OK)
 
-static em_device dev_of(const char *name) {
-    em_device d;
-    OK(em_device_parse(name, &d));
-    return d;
-}
+#include "graph_check.h"
 
-static int replay_devices(em_device *out) {
-    int n = 0;
-    out[n++] = dev_of("ref");
-    em_device d;
-    if (em_device_parse("cpu", &d) == EM_OK) out[n++] = d;
-    return n;
-}
-
-static em_tensor *from(const float *data, const int64_t *shape, int rank, em_device d) {
-    em_tensor *t = NULL;
-    OK(em_tensor_from_data(data, EM_F32, shape, rank, d, &t));
-    return t;
-}
-
-static void same_bits(const em_tensor *a, const em_tensor *b) {
-    assert_int_equal(em_tensor_numel(a), em_tensor_numel(b));
-    size_t n = (size_t)em_tensor_numel(a);
-    float x[64], y[64];
-    assert_true(n <= 64);
-    OK(em_tensor_to_data(a, x, sizeof x));
-    OK(em_tensor_to_data(b, y, sizeof y));
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&x[i], &y[i], sizeof(float)) != 0)
-            fail_msg("element %zu: %.9g and %.9g differ", i, (double)x[i], (double)y[i]);
+static em_tensor *f32(const float *data, const int64_t *shape, int rank, em_device d) {
+    return from(data, EM_F32, shape, rank, d);
 }
 
 static const int64_t XS[2] = {3, 4}, TS[2] = {4, 3};
@@ -66,7 +40,7 @@ static em_tensor *program(const em_tensor *x, const em_tensor *k) {
     em_device dev = em_tensor_device(x);
     static const float cv[1] = {0.375f};
     const int64_t one[1] = {1};
-    em_tensor *c = from(cv, one, 1, dev);
+    em_tensor *c = f32(cv, one, 1, dev);
     em_tensor *a = NULL, *b = NULL, *t = NULL, *u = NULL, *sl = NULL, *s = NULL, *sc = NULL,
               *y = NULL;
     OK(em_mul_scalar(x, 0.5, &a));
@@ -93,7 +67,7 @@ static void test_inputs_bound_each_run(void **state) {
     em_device cap = dev_of("capture");
     em_graph *g = NULL;
     OK(em_graph_begin(&g));
-    em_tensor *k = from(K, XS, 2, cap), *x = NULL;
+    em_tensor *k = f32(K, XS, 2, cap), *x = NULL;
     OK(em_graph_input(g, "x", EM_F32, XS, 2, cap, &x));
     em_tensor *y = program(x, k);
     OK(em_graph_output(g, "y", y));
@@ -101,7 +75,7 @@ static void test_inputs_bound_each_run(void **state) {
     em_device devs[2];
     int nd = replay_devices(devs);
     for (int d = 0; d < nd; d++) {
-        em_tensor *ke = from(K, XS, 2, devs[d]);
+        em_tensor *ke = f32(K, XS, 2, devs[d]);
         em_exec *e = NULL;
         OK(em_graph_prepare(g, devs[d], &e));
         for (int r = 0; r < 6; r++) {
@@ -109,12 +83,12 @@ static void test_inputs_bound_each_run(void **state) {
             values(r, v);
             em_tensor *xe = NULL;
             if (r % 2 == 0) {
-                xe = from(v, XS, 2, devs[d]);
+                xe = f32(v, XS, 2, devs[d]);
             } else { /* the same values, as the transpose of a [4, 3] tensor */
                 float tv[12];
                 for (int i = 0; i < 3; i++)
                     for (int j = 0; j < 4; j++) tv[j * 3 + i] = v[i * 4 + j];
-                em_tensor *tt = from(tv, TS, 2, devs[d]);
+                em_tensor *tt = f32(tv, TS, 2, devs[d]);
                 OK(em_transpose(tt, 0, 1, &xe));
                 em_tensor_release(tt);
             }
@@ -169,7 +143,7 @@ static void test_two_inputs_swapped(void **state) {
             a[i] = (float)i * 0.25f - 1.0f;
             b[i] = 3.0f - (float)i * 0.5f;
         }
-        em_tensor *ta = from(a, s8, 1, devs[d]), *tb = from(b, s8, 1, devs[d]);
+        em_tensor *ta = f32(a, s8, 1, devs[d]), *tb = f32(b, s8, 1, devs[d]);
         for (int r = 0; r < 4; r++) {
             const em_tensor *pe = r % 2 ? tb : ta, *qe = r % 2 ? ta : tb;
             em_tensor *ye = NULL;
@@ -225,7 +199,7 @@ static void test_input_written(void **state) {
         OK(em_graph_prepare(g, devs[d], &e));
         for (int r = 0; r < 3; r++) {
             float v[4] = {1.0f + (float)r, -2.0f, 0.5f, 3.0f}, got[4], back[4];
-            em_tensor *xe = from(v, s4, 1, devs[d]), *out[1] = {NULL};
+            em_tensor *xe = f32(v, s4, 1, devs[d]), *out[1] = {NULL};
             const em_tensor *in[1] = {xe};
             OK(em_exec_run(e, in, 1, out, 1));
             OK(em_tensor_to_data(out[0], got, sizeof got));
@@ -268,7 +242,7 @@ static void test_written_input_shared(void **state) {
             float v[4] = {1.0f + (float)r, -2.0f, 0.5f, 3.0f}, w[4] = {10, 20, 30, 40};
             float got[4], back[4];
             /* distinct tensors: a updated in place, z = b + 2a */
-            em_tensor *t = from(v, s4, 1, devs[d]), *u = from(w, s4, 1, devs[d]);
+            em_tensor *t = f32(v, s4, 1, devs[d]), *u = f32(w, s4, 1, devs[d]);
             em_tensor *out[1] = {NULL};
             const em_tensor *in2[2] = {t, u};
             OK(em_exec_run(e, in2, 2, out, 1));
@@ -278,7 +252,7 @@ static void test_written_input_shared(void **state) {
             for (int i = 0; i < 4; i++) assert_true(back[i] == 2.0f * v[i]);
             em_tensor_release(out[0]);
             /* one tensor as both: z = t + 2t, t becomes 2t */
-            em_tensor *x = from(v, s4, 1, devs[d]);
+            em_tensor *x = f32(v, s4, 1, devs[d]);
             const em_tensor *same[2] = {x, x};
             OK(em_exec_run(e, same, 2, out, 1));
             OK(em_tensor_to_data(out[0], got, sizeof got));
@@ -293,7 +267,7 @@ static void test_written_input_shared(void **state) {
         /* a written input given as a view that is not whole (every other element) */
         const int64_t s8[1] = {8};
         float v8[8] = {1, 100, 2, 100, 3, 100, 4, 100}, w[4] = {0, 0, 0, 0}, got[4], back[8];
-        em_tensor *big = from(v8, s8, 1, devs[d]), *u = from(w, s4, 1, devs[d]), *sl = NULL;
+        em_tensor *big = f32(v8, s8, 1, devs[d]), *u = f32(w, s4, 1, devs[d]), *sl = NULL;
         OK(em_slice(big, 0, 0, 8, 2, &sl));
         em_tensor *out[1] = {NULL};
         const em_tensor *in2[2] = {sl, u};
