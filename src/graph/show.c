@@ -104,7 +104,9 @@ static void sh_family_name(rw_slot slot, int sub, char *out, size_t cap) {
     const char *const *names = NULL;
     int n = 0;
     switch (slot) {
-    case RW_K_UNARY: names = sh_unary_names, n = SH_COUNT(sh_unary_names); break;
+    case RW_K_UNARY: case RW_K_UNARY_BACKWARD:
+        names = sh_unary_names, n = SH_COUNT(sh_unary_names);
+        break;
     case RW_K_BINARY: case RW_K_BINARY_SCALAR:
         names = sh_binary_names, n = SH_COUNT(sh_binary_names);
         break;

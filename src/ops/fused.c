@@ -40,8 +40,7 @@ bool emi_has_adam_step(const em_tensor *t) {
     return t && t->magic == EMI_TENSOR_LIVE && t->st->ops->adam_step && emi_fused_on();
 }
 
-/* Which value op's gradient reads: 'x' (input), 'y' (output), 0: not a fused op. */
-static char ub_reads(em_unary_op op) {
+char emi_unary_backward_reads(em_unary_op op) {
     switch (op) {
     case EM_UN_ABS: case EM_UN_LOG: case EM_UN_LOG1P: case EM_UN_SIN: case EM_UN_COS:
     case EM_UN_GELU: case EM_UN_SILU: case EM_UN_ERF: case EM_UN_CLAMP: return 'x';
@@ -74,7 +73,7 @@ em_status emi_unary_backward(em_unary_op op, const em_tensor *x, const em_tensor
     EMI_TRY(emi_check_tensor(fn, "gy", gy));
     EMI_TRY(emi_check_float(fn, gy));
     if (gy->ad) return emi_fail(EM_ERR_UNSUPPORTED, "%s: gy is tracked (no second derivatives)", fn);
-    const char reads = (unsigned)op < EM_UN_COUNT ? ub_reads(op) : 0;
+    const char reads = (unsigned)op < EM_UN_COUNT ? emi_unary_backward_reads(op) : 0;
     if (!reads) return emi_fail(EM_ERR_ARG, "%s: op %d has no fused gradient", fn, (int)op);
     const em_tensor *v = reads == 'x' ? x : y;
     if ((reads == 'x' && y) || (reads == 'y' && x))
@@ -116,6 +115,60 @@ em_status emi_unary_backward(em_unary_op op, const em_tensor *x, const em_tensor
         return s;
     }
     *gx = o;
+    return EM_OK;
+}
+
+em_status emi_unary_backward_captured(em_unary_op op, const em_tensor *x, const em_tensor *y,
+                                      const em_tensor *gy, const double *params, em_tensor **gx) {
+    static const char fn[] = "emi_unary_backward";
+    if (!gy || gy->magic != EMI_TENSOR_LIVE || gy->st->ops->id != EM_BACKEND_CAPTURE ||
+        !emi_fused_on())
+        return EM_ERR_UNSUPPORTED;
+    const char reads = (unsigned)op < EM_UN_COUNT ? emi_unary_backward_reads(op) : 0;
+    const em_tensor *v = reads == 'x' ? x : y;
+    if (!reads || !v || gy->ad || emi_kind(gy->dtype) != EM_KIND_FLOAT ||
+        emi_numel(gy->v.shape, gy->v.rank) == 0 || (op == EM_UN_CLAMP && !params))
+        return EM_ERR_UNSUPPORTED; /* not a call the eager path fuses: composed alone */
+    EMI_TRY(fused_check_like(fn, reads == 'x' ? "x" : "y", v, gy));
+    double pb[2] = {0, 0};
+    if (op == EM_UN_CLAMP) { /* as emi_unary_backward: the bounds as values of the dtype */
+        pb[0] = ew_scalar_cast(gy->dtype, params[0]);
+        pb[1] = ew_scalar_cast(gy->dtype, params[1]);
+    }
+    em_tensor *o = NULL, *tv = NULL, *tg = NULL;
+    em_status s = emi_empty(fn, gy->dev, gy->dtype, gy->v.shape, gy->v.rank, &o);
+    em_view vv, vg;
+    if (s == EM_OK) s = emi_input_view(fn, v, &vv, &tv);
+    if (s == EM_OK) s = emi_input_view(fn, gy, &vg, &tg);
+    if (s == EM_OK) {
+        const em_view *const views[RW_MAX_VIEWS] = {&o->v, reads == 'x' ? &vv : NULL,
+                                                    reads == 'y' ? &vv : NULL, &vg};
+        s = gr_rec_alt_begin(RW_K_UNARY_BACKWARD, (int)op, views, NULL, pb);
+    }
+    em_tensor_release(tv);
+    em_tensor_release(tg);
+    if (s != EM_OK) {
+        em_tensor_release(o);
+        return s;
+    }
+    *gx = o;
+    return EM_OK;
+}
+
+em_status emi_unary_backward_captured_end(em_status s, em_tensor *gx, em_tensor **composed) {
+    if (s == EM_OK && (!composed || !*composed))
+        s = emi_fail(EM_ERR_STATE, "emi_unary_backward: the composition made no gradient");
+    if (s == EM_OK) s = emi_copy_into("emi_unary_backward", gx, *composed);
+    gr_rec_alt_end();
+    if (composed) {
+        em_tensor_release(*composed);
+        *composed = NULL;
+    }
+    if (s != EM_OK) {
+        em_tensor_release(gx);
+        return s;
+    }
+    *composed = gx;
     return EM_OK;
 }
 

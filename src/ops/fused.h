@@ -26,6 +26,21 @@
 em_status emi_unary_backward(em_unary_op op, const em_tensor *x, const em_tensor *y,
                              const em_tensor *gy, const double *params, em_tensor **gx);
 
+/** Which value op's fused gradient reads: 'x' (its input), 'y' (its output), or 0: op has
+ *  none. */
+char emi_unary_backward_reads(em_unary_op op);
+
+/** On the capture device (gy's): records the fused call of emi_unary_backward as the start of
+ *  a call with an alternative (GR_ALT) and makes its output *gx: the caller then composes the
+ *  gradient (recorded as the alternative) and ends with emi_unary_backward_captured_end, so
+ *  that a replay runs the fused kernel where the device has it (and fuses), the composition
+ *  elsewhere, as each device's eager run does. EM_ERR_UNSUPPORTED: gy is not on capture. */
+em_status emi_unary_backward_captured(em_unary_op op, const em_tensor *x, const em_tensor *y,
+                                      const em_tensor *gy, const double *params, em_tensor **gx);
+/** Ends what emi_unary_backward_captured began: s, the composition's status; on EM_OK copies
+ *  *composed (consumed) into gx and replaces it with gx (consumed on failure). */
+em_status emi_unary_backward_captured_end(em_status s, em_tensor *gx, em_tensor **composed);
+
 /** One Adam / AdamW step with the scalars `a` (backend.h), in place: param, exp_avg and
  *  exp_avg_sq (untracked, contiguous, each alone in its buffer's view, one float dtype, shape
  *  and device) are updated from grad (any layout). */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/fused.h"
 #include "wire/adam.h"
 #include "wire/exec.h"
 
@@ -134,6 +135,9 @@ static const rs_rule rs_rules[RW_K_COUNT] = {
     /* param exp_avg exp_avg_sq (updated) grad step (one i64, advanced): it always runs */
     [RW_K_ADAM_STEP] = {{V_INOUT, V_INOUT, V_INOUT, I, V_INOUT}, {K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_IDX},
                         {D_REF, D_REF, D_REF, D_REF, D_I64}, 0, 4, false, false, false},
+    /* gx x? y? gy: the reference is gy */
+    [RW_K_UNARY_BACKWARD] = {{O, I, I, I}, {K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT},
+                             {D_REF, D_REF, D_REF, D_REF}, 3, 0, false, false, false},
 #undef F8
 #undef R8
 };
@@ -735,6 +739,18 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
             if (!rs_same_shape(v[i], v[0])) return rs_bad(c, EM_ERR_SHAPE, "view %d differs from param", i);
         return rs_numel_v(v[4]) == 1 ? EM_OK : rs_bad(c, EM_ERR_SHAPE, "the step count is one i64");
     }
+    case RW_K_UNARY_BACKWARD: {
+        const char r = emi_unary_backward_reads((em_unary_op)k->sub);
+        if (!r) return rs_bad(c, EM_ERR_ARG, "unary op %d has no fused gradient", k->sub);
+        if ((r == 'x') != (v[1] != NULL) || (r == 'y') != (v[2] != NULL))
+            return rs_bad(c, EM_ERR_ARG, "the gradient of unary op %d reads %s only", k->sub,
+                          r == 'x' ? "x" : "y");
+        for (int i = 1; i < 4; i++)
+            if (v[i] && !rs_same_shape(v[i], v[0])) return rs_bad(c, EM_ERR_SHAPE, "shapes differ");
+        if (k->sub == EM_UN_CLAMP && (isnan(k->doubles[0]) || isnan(k->doubles[1])))
+            return rs_bad(c, EM_ERR_ARG, "clamp's bounds are NaN");
+        return EM_OK;
+    }
     case RW_K_COUNT: break;
     }
     return rs_bad(c, EM_ERR_ARG, "unknown slot");
@@ -794,6 +810,8 @@ static em_status rs_call(const rs_host *h, const rw_kernel *k, em_view *v[RW_MAX
     case RW_K_CUMULATIVE:
         return o->cumulative(x, (em_cum_op)k->sub, v[0], v[1], v[2], (int)I[0]);
     case RW_K_ADAM_STEP: return rs_adam_step(o, x, k, v);
+    case RW_K_UNARY_BACKWARD:
+        return o->unary_backward(x, (em_unary_op)k->sub, v[0], v[1], v[2], v[3], D);
     case RW_K_COUNT: break;
     }
     return em_backend_set_error(EM_ERR_ARG, "unknown slot");
@@ -803,6 +821,8 @@ static em_status rs_call(const rs_host *h, const rw_kernel *k, em_view *v[RW_MAX
 static bool rs_has(const em_backend_ops *o, rw_slot s) {
     if (s == RW_K_ADAM_STEP) /* the device's kernel, or its composition (src/wire/adam.c) */
         return o->adam_step || (o->unary && o->binary && o->binary_scalar);
+    if (s == RW_K_UNARY_BACKWARD) /* as eagerly: the fused kernel only while fusing is on */
+        return o->unary_backward && emi_fused_on();
     const void *p[RW_K_COUNT] = {
         (const void *)o->fill, (const void *)o->arange, (const void *)o->random,
         (const void *)o->copy, (const void *)o->unary, (const void *)o->binary,

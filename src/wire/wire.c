@@ -45,6 +45,8 @@ const rw_slot_info rw_slots[RW_K_COUNT] = {
     /* param exp_avg exp_avg_sq grad step; sub: 0 Adam, 1 AdamW; lr beta1 beta2 eps
      * weight_decay grad_scale */
     [RW_K_ADAM_STEP] = {"adam_step", 5, 0, 0, 6, 2},
+    /* gx x? y? gy; sub: the unary op; clamp's lo hi */
+    [RW_K_UNARY_BACKWARD] = {"unary_backward", 4, 0x6, 0, 2, EM_UN_COUNT},
 };
 
 /* ---- writer ---- */

@@ -65,6 +65,9 @@ typedef enum rw_slot {
     /* one Adam / AdamW step whose step count is a tensor of the graph (a captured
      * em_optimizer_step): captured graphs only, as the slots above */
     RW_K_ADAM_STEP,
+    /* a unary op's fused gradient (backend.h's unary_backward): captured graphs only, recorded
+     * as the fused call followed by its composition (GR_ALT) */
+    RW_K_UNARY_BACKWARD,
     RW_K_COUNT
 } rw_slot;
 

@@ -496,6 +496,81 @@ static void test_adam_state_in_the_step(void **state) {
     em_graph_release(g);
 }
 
+/* The gradient of act(x @ w) summed, w a parameter, for the unary op of index `a` (the ops
+ * whose gradient a device may fuse: backend.h's unary_backward); returns the gradient of w
+ * (new reference). */
+static em_tensor *act_grad(int a, const em_tensor *x, em_tensor *w) {
+    em_tensor *h = NULL, *y = NULL, *l = NULL, *gw = NULL;
+    OK(em_matmul(x, w, &h));
+    switch (a) {
+    case 0: OK(em_gelu(h, &y)); break;
+    case 1: OK(em_tanh(h, &y)); break;
+    case 2: OK(em_sigmoid(h, &y)); break;
+    case 3: OK(em_silu(h, &y)); break;
+    case 4: OK(em_relu(h, &y)); break;
+    case 5: OK(em_clamp(h, -0.3, 0.7, &y)); break;
+    default: OK(em_exp(h, &y)); break;
+    }
+    OK(em_sum(y, &l));
+    em_grads *gr = NULL;
+    OK(em_backward(l, &gr));
+    OK(em_grads_get(gr, w, &gw));
+    em_grads_release(gr);
+    em_tensor_release(h);
+    em_tensor_release(y);
+    em_tensor_release(l);
+    return gw;
+}
+
+/* A captured backward of a unary op whose gradient a device fuses (unary_backward) is recorded
+ * as the fused call with its composition as the alternative: each device replays what its
+ * eager run computes (the fused kernel on ref, cpu and opencl, the composition with
+ * EMBER_FUSED=0 in test_graph_composed), so the gradients have eager's bits. */
+static void test_fused_gradients_replay(void **state) {
+    (void)state;
+    em_device cap = dev_of("capture+autodiff");
+    for (int a = 0; a < 7; a++) {
+        em_graph *g = NULL;
+        OK(em_graph_begin(&g));
+        em_tensor *w = from(W1, EM_F32, W1S, 2, cap), *x = NULL;
+        OK(em_tensor_require_grad(w));
+        OK(em_graph_input(g, "x", EM_F32, XS, 2, cap, &x));
+        em_tensor *gw = act_grad(a, x, w);
+        OK(em_graph_output(g, "gw", gw));
+        OK(em_graph_end(g));
+        em_tensor_release(gw);
+        em_tensor_release(x);
+        em_tensor_release(w);
+        em_device devs[3];
+        int nd = adam_devices(devs);
+        for (int d = 0; d < nd; d++) {
+            em_device ad;
+            OK(em_device_autodiff(devs[d], EM_CKPT_DISABLED, &ad));
+            em_tensor *we = from(W1, EM_F32, W1S, 2, ad);
+            OK(em_tensor_require_grad(we));
+            em_exec *e = NULL;
+            OK(em_graph_prepare(g, devs[d], &e));
+            for (int k = 0; k < 2; k++) {
+                float xv[20];
+                batch(k, xv);
+                em_tensor *xe = from(xv, EM_F32, XS, 2, ad), *xr = from(xv, EM_F32, XS, 2, devs[d]);
+                em_tensor *eager = act_grad(a, xe, we), *out[1] = {NULL};
+                const em_tensor *in[1] = {xr};
+                OK(em_exec_run(e, in, 1, out, 1));
+                same_bits(eager, out[0]);
+                em_tensor_release(out[0]);
+                em_tensor_release(eager);
+                em_tensor_release(xe);
+                em_tensor_release(xr);
+            }
+            em_exec_release(e);
+            em_tensor_release(we);
+        }
+        em_graph_release(g);
+    }
+}
+
+
 static void test_no_values_on_capture(void **state) {
     (void)state;
     em_device cap = dev_of("capture");
@@ -611,6 +686,7 @@ int main(void) {
         cmocka_unit_test(test_adamw_step_is_one_graph),
         cmocka_unit_test(test_adam_dtypes),
         cmocka_unit_test(test_adam_state_in_the_step),
+        cmocka_unit_test(test_fused_gradients_replay),
         cmocka_unit_test(test_no_values_on_capture),
         cmocka_unit_test(test_run_checks_inputs),
     };

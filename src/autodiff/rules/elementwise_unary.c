@@ -50,10 +50,25 @@ static em_status unary_forward(const void *params, em_tensor *const *in, int nin
 /* gin[0] from the backend's fused unary_backward kernel (one pass, fused.h) when it has one:
  * EM_OK or a failure; EM_ERR_UNSUPPORTED (no slot, or the kernel declined): the rule then
  * composes the gradient from public ops, as it did before the slot existed. */
+/* On the capture device the fused call is recorded with the composition as its alternative
+ * (emi_unary_backward_captured): the rule runs again with this set, composing, and its result
+ * is copied into the fused call's output. */
+static _Thread_local bool ub_composing;
+
 static em_status fused_bw(emi_ad_bw *bw, em_unary_op op, const em_tensor *x,
                           const em_tensor *y) {
-    if (!emi_has_unary_backward(bw->grad)) return EM_ERR_UNSUPPORTED;
+    if (ub_composing) return EM_ERR_UNSUPPORTED;
     const emi_rule_unary_params *p = bw->params;
+    em_tensor *gx = NULL;
+    em_status s = emi_unary_backward_captured(op, x, y, bw->grad, p->p, &gx);
+    if (s == EM_OK) {
+        ub_composing = true;
+        s = emi_rules_unary[op]->backward(bw);
+        ub_composing = false;
+        return emi_unary_backward_captured_end(s, gx, &bw->gin[0]);
+    }
+    if (s != EM_ERR_UNSUPPORTED) return s;
+    if (!emi_has_unary_backward(bw->grad)) return EM_ERR_UNSUPPORTED;
     return emi_unary_backward(op, x, y, bw->grad, p->p, &bw->gin[0]);
 }
 
