@@ -66,6 +66,19 @@ static em_status fused_check_like(const char *fn, const char *what, const em_ten
     return EM_OK;
 }
 
+/* The kernel's params for op: clamp's bounds as values of dtype dt in pb (x is compared with
+ * them there, as the composed rule's em_ge / em_le compare x with its bounds made tensors of
+ * x's dtype: 0.7 is 0.7002 in f16, and an f16 x of 0.7002 passes the gradient); zeros for the
+ * other ops. */
+static const double *ub_params(em_unary_op op, em_dtype dt, const double *params, double *pb) {
+    pb[0] = pb[1] = 0;
+    if (op == EM_UN_CLAMP) {
+        pb[0] = ew_scalar_cast(dt, params[0]);
+        pb[1] = ew_scalar_cast(dt, params[1]);
+    }
+    return op == EM_UN_CLAMP ? pb : params;
+}
+
 em_status emi_unary_backward(em_unary_op op, const em_tensor *x, const em_tensor *y,
                              const em_tensor *gy, const double *params, em_tensor **gx) {
     static const char fn[] = "emi_unary_backward";
@@ -81,15 +94,8 @@ em_status emi_unary_backward(em_unary_op op, const em_tensor *x, const em_tensor
                         reads == 'x' ? "x" : "y", reads == 'x' ? "y" : "x");
     EMI_TRY(fused_check_like(fn, reads == 'x' ? "x" : "y", v, gy));
     if (op == EM_UN_CLAMP && !params) return emi_fail(EM_ERR_ARG, "%s: clamp needs its bounds", fn);
-    /* clamp's bounds as values of the dtype: x is compared with them there, as the composed
-     * rule's em_ge / em_le compare x with its bounds made tensors of x's dtype (0.7 is
-     * 0.7002 in f16, and an f16 x of 0.7002 passes the gradient) */
-    double pb[2] = {0, 0};
-    if (op == EM_UN_CLAMP) {
-        pb[0] = ew_scalar_cast(gy->dtype, params[0]);
-        pb[1] = ew_scalar_cast(gy->dtype, params[1]);
-        params = pb;
-    }
+    double pb[2];
+    params = ub_params(op, gy->dtype, params, pb);
     const em_backend_ops *ops = gy->st->ops;
     if (!ops->unary_backward || !emi_fused_on()) return EM_ERR_UNSUPPORTED;
     em_tensor *o = NULL, *tv = NULL, *tg = NULL;
@@ -130,11 +136,8 @@ em_status emi_unary_backward_captured(em_unary_op op, const em_tensor *x, const 
         emi_numel(gy->v.shape, gy->v.rank) == 0 || (op == EM_UN_CLAMP && !params))
         return EM_ERR_UNSUPPORTED; /* not a call the eager path fuses: composed alone */
     EMI_TRY(fused_check_like(fn, reads == 'x' ? "x" : "y", v, gy));
-    double pb[2] = {0, 0};
-    if (op == EM_UN_CLAMP) { /* as emi_unary_backward: the bounds as values of the dtype */
-        pb[0] = ew_scalar_cast(gy->dtype, params[0]);
-        pb[1] = ew_scalar_cast(gy->dtype, params[1]);
-    }
+    double pb[2];
+    ub_params(op, gy->dtype, params, pb); /* recorded: zeros but for clamp */
     em_tensor *o = NULL, *tv = NULL, *tg = NULL;
     em_status s = emi_empty(fn, gy->dev, gy->dtype, gy->v.shape, gy->v.rank, &o);
     em_view vv, vg;

@@ -377,13 +377,7 @@ static em_status rs_check_indices(rs_ctx *c, const em_view *ix, int64_t limit) {
     }
     /* dense indices (the common case): their least and greatest in one vectorized pass; the
      * element by element walk below only finds the bad one to name */
-    bool dense = true;
-    int64_t run = 1;
-    for (int d = ix->rank - 1; d >= 0 && dense; d--) {
-        if (ix->shape[d] != 1 && ix->strides[d] != run) dense = false;
-        run *= ix->shape[d];
-    }
-    if (dense) {
+    if (rs_contiguous(ix)) {
         const char *p = base + (size_t)(ix->offset - lo) * es;
         int64_t mn = INT64_MAX, mx = INT64_MIN;
         if (es == 8)
