@@ -36,8 +36,9 @@ extern "C" {
 #endif
 
 /* 2: read_many appended; 3: unary_backward, adam_step, batch_norm, batch_norm_backward,
- * group_norm and rms_norm appended; 4: cumulative, sdpa and sdpa_backward appended */
-#define EM_BACKEND_ABI_VERSION 4u
+ * group_norm and rms_norm appended; 4: cumulative, sdpa and sdpa_backward appended;
+ * 5: quantize, dequantize, qmatmul appended (and em_quant_scheme grew) */
+#define EM_BACKEND_ABI_VERSION 5u
 
 /** A tensor's placement inside a backend buffer. */
 typedef struct em_view {
@@ -373,6 +374,44 @@ typedef struct em_backend_ops {
                                const em_view *v, const em_view *mask, const em_view *out,
                                const em_view *dout, const em_view *lse, bool causal,
                                double scale, double dropout_p, uint64_t seed);
+    /* ---- quantized tensors (ABI 5) ----
+     * A quantized view has dtype EM_I8 for the per-tensor kinds (one integer per byte, at any
+     * strides, as an int8 view) and EM_Q8 / EM_Q4 for the block kinds. A block view's strides
+     * and offset count logical elements: its block axis (s->axis) has stride 1 and a size
+     * that is a multiple of 32, every other dim of size > 1 has a stride that is a multiple
+     * of 32 (0 included), and so is the offset. The block holding the 32 elements that start
+     * at element offset e (a multiple of 32: offset + the sum of index * stride) starts at
+     * byte (e / 32) * em_quant_block_bytes(s) of the buffer, and is laid out as ember.h's
+     * em_quant_kind says. The core copies block tensors (clone, to_device) through `copy` on
+     * EM_U8 views of their bytes, so a backend needs no other slot for them.
+     * Each slot may be NULL: the core then returns EM_ERR_UNSUPPORTED naming the backend
+     * (a host-memory backend gets ref's kernels). */
+    /** out = x quantized with s. x: f32, any strides; out: a fresh contiguous quantized view
+     *  of x's shape. Per-tensor kinds: s->scale and s->zero_point are given (the core chose
+     *  them from the data), q = clamp(nearbyint(x * (1 / scale)) + zero_point, qmin, qmax)
+     *  in f32 (q8 AFFINE [-128, 127], SYMMETRIC [-127, 127]; q4 AFFINE [-8, 7]). Block kinds
+     *  (s->axis = rank - 1): each block's d (and m) from its 32 values, as em_quant_kind
+     *  says, in f32 (max|x|, max and min exact; d = amax / 127, v / -8 or (max - m) / 15 with
+     *  one f32 division, rounded to s->scale_dtype), q from the stored d and m. */
+    em_status (*quantize)(void *ctx, const em_view *out, const em_view *x,
+                          const em_quant_scheme *s);
+    /** out (f32, fresh contiguous, q's shape) = the real values of q (any valid view):
+     *  scale * (q - zero_point) (per tensor), d * q, d * (q - 8), d * q + m (blocks), in f32. */
+    em_status (*dequantize)(void *ctx, const em_view *out, const em_view *q,
+                            const em_quant_scheme *s);
+    /** out [M, N] (f32, fresh contiguous) = a [M, K] @ b [K, N], all rank 2, M, N, K >= 1.
+     *  b is quantized with bs, any valid view: for a block scheme bs->axis is 0 (blocks run
+     *  along K, the reduction) or 1 (along N). a is either
+     *   - f32, any strides (as NULL): out = sum_k a[m, k] * real(b[k, n]) in f32, in any
+     *     order; or
+     *   - quantized int8 (as: SYMMETRIC, or AFFINE with zero point 0, or q8 BLOCK with
+     *     as->axis 1), and then bs is q8 SYMMETRIC / AFFINE with zero point 0 / BLOCK with
+     *     axis 0: the products q_a q_b are summed exactly in int32 over each block of 32 along
+     *     K where either side is a block scheme (else over all of K), each such sum is
+     *     multiplied by the two scales (f32) and the results added in f32. */
+    em_status (*qmatmul)(void *ctx, const em_view *out, const em_view *a,
+                         const em_quant_scheme *as, const em_view *b,
+                         const em_quant_scheme *bs);
 } em_backend_ops;
 
 /** Registers an out-of-tree backend (or replaces nothing: an id already taken is

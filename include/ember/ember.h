@@ -86,19 +86,71 @@ typedef enum em_dtype {
     EM_U8,
     EM_BOOL, /* stored as one byte, 0 or 1 */
     EM_Q8,   /* quantized storage: int8 values with an em_quant_scheme */
-    EM_Q4    /* quantized storage: int4 values in [-8, 7] (one per byte in this version) */
+    EM_Q4    /* quantized storage: int4 values (see em_quant_kind for the layouts) */
 } em_dtype;
 
 #define EM_DTYPE_COUNT 12
 
 typedef enum em_kind { EM_KIND_FLOAT = 0, EM_KIND_INT, EM_KIND_BOOL, EM_KIND_QUANTIZED } em_kind;
 
-/** How a quantized tensor maps its integers to reals: real = scale * (q - zero_point). */
+/** The quantization schemes: how a quantized tensor's bytes map to real values.
+ *
+ *  Per-tensor kinds hold one integer per byte, one element per byte, at the tensor's
+ *  strides (row-major when contiguous); one scale (and zero point) for the whole tensor:
+ *    EM_QK_AFFINE     q8: int8 in [-128, 127]; q4: int4 in [-8, 7], one per byte.
+ *                     real = scale * (q - zero_point); scale = (max - min) / (qmax - qmin)
+ *                     over the data with 0 included in the range, zero_point =
+ *                     clamp(nearbyint(qmin - min / scale)).
+ *    EM_QK_SYMMETRIC  q8 only: int8 in [-127, 127], real = scale * q, scale = max|x| / 127.
+ *
+ *  Block kinds cut the tensor into blocks of EM_QBLOCK (32) consecutive elements along its
+ *  block axis (the last dim when quantized; that dim's size must be a multiple of 32). Each
+ *  block has its own scale d (and minimum m), stored as scale_dtype (EM_F32 or EM_F16,
+ *  little-endian). A contiguous tensor of N elements is N / 32 blocks, one after another in
+ *  row-major order; each block is:
+ *    EM_QK_BLOCK      q8 (as ggml's Q8_0): d, then 32 int8 q;  real = d * q.
+ *                     d = max|x| / 127;  q = clamp(nearbyint(x / d), -127, 127).
+ *                     (4 + 32 = 36 bytes with an f32 scale, 34 with f16)
+ *                     q4 (as ggml's Q4_0): d, then 16 bytes: byte j holds element j in its
+ *                     low nibble and element j + 16 in its high nibble, each q in [0, 15];
+ *                     real = d * (q - 8).  d = v / -8 where v is the block's value of largest
+ *                     magnitude (the first such); q = clamp(nearbyint(x / d) + 8, 0, 15).
+ *                     (20 bytes, or 18)
+ *    EM_QK_BLOCK_MIN  q4 only (as ggml's Q4_1): d, m, then 16 bytes packed as Q4_0's;
+ *                     real = d * q + m.  m = the block's minimum, d = (max - m) / 15;
+ *                     q = clamp(nearbyint((x - m) / d), 0, 15). (24 bytes, or 20)
+ *  In the formulas d and m are the stored values (rounded to scale_dtype first), x / d is
+ *  x * (1 / d) in f32 and q = 0 where d is 0. nearbyint rounds half to even.
+ *
+ *  A block tensor's views keep the blocks whole: reshape, permute / transpose, slice,
+ *  squeeze, unsqueeze, expand, flip of other dims are views as for any tensor; a view that
+ *  would cut a block (a slice of the block axis not at multiples of 32 or with a step, a
+ *  reshape that changes the block axis' run) is EM_ERR_UNSUPPORTED saying so. A transpose
+ *  moves the block axis (em_tensor_scheme reports it). */
+typedef enum em_quant_kind {
+    EM_QK_AFFINE = 0,
+    EM_QK_SYMMETRIC,
+    EM_QK_BLOCK,
+    EM_QK_BLOCK_MIN
+} em_quant_kind;
+
+#define EM_QBLOCK 32
+
+/** How a quantized tensor maps its integers to reals (see em_quant_kind). The first three
+ *  fields are the per-tensor ones; an initializer that gives only them is EM_QK_AFFINE. */
 typedef struct em_quant_scheme {
-    em_dtype storage; /* EM_Q8 or EM_Q4 */
-    float scale;
-    int32_t zero_point;
+    em_dtype storage;     /* EM_Q8 or EM_Q4 */
+    float scale;          /* per-tensor kinds */
+    int32_t zero_point;   /* EM_QK_AFFINE (0 otherwise) */
+    em_quant_kind kind;
+    em_dtype scale_dtype; /* block kinds: EM_F32 (also the zero value) or EM_F16 */
+    int32_t block;        /* block kinds: EM_QBLOCK when reported (0 when asked for: 32) */
+    int32_t axis;         /* block kinds, reported: the block axis of this tensor (view) */
 } em_quant_scheme;
+
+/** Bytes of one block of a block scheme (36, 34, 20, 18, 24 or 20); 1 for the per-tensor
+ *  kinds (one element per byte); 0 for a scheme that is not one of em_quant_kind's. */
+size_t em_quant_block_bytes(const em_quant_scheme *s);
 
 /** The kind of a dtype. */
 em_kind em_dtype_kind(em_dtype dt);
@@ -203,7 +255,8 @@ em_status em_tensor_from_data(const void *data, em_dtype dt, const int64_t *shap
                               em_device dev, em_tensor **out);
 
 /** Copies the tensor's elements, row-major, into dst (waiting for pending work). dst_bytes
- *  must be at least numel * dtype size; EM_ERR_ARG otherwise. */
+ *  must be at least numel * dtype size; EM_ERR_ARG otherwise. A quantized tensor gives its
+ *  bytes in its scheme's contiguous layout (em_quant_kind), em_quant_nbytes of them. */
 em_status em_tensor_to_data(const em_tensor *t, void *dst, size_t dst_bytes);
 
 /** A tensor of zeros / ones / a constant value (converted to dt; bool: value != 0). */
@@ -364,10 +417,30 @@ em_status em_contiguous(const em_tensor *t, em_tensor **out);
 em_status em_clone(const em_tensor *t, em_tensor **out);
 
 /** Quantizes a float tensor with a per-tensor affine scheme chosen from its range
- *  (storage EM_Q8: [-128,127]; EM_Q4: [-8,7]). */
+ *  (storage EM_Q8: [-128,127]; EM_Q4: [-8,7]): em_quantize_as with {storage}. */
 em_status em_quantize(const em_tensor *x, em_dtype storage, em_tensor **out);
-/** The f32 values of a quantized tensor. */
+/** Quantizes a float tensor (any float dtype, rank >= 1 for block kinds, on any device; on
+ *  that device) with scheme's storage, kind and scale_dtype; the scales (and zero point,
+ *  minimums) come from the data, as em_quant_kind says (dynamic quantization). The result
+ *  is untracked (a constant for autodiff). Errors: EM_ERR_DTYPE (x not float; a storage /
+ *  kind pair that is not a scheme, e.g. q4 symmetric), EM_ERR_SHAPE (block kinds: the last
+ *  dim not a multiple of 32, or 0-d), EM_ERR_ARG (a non-finite value in x). */
+em_status em_quantize_as(const em_tensor *x, const em_quant_scheme *scheme, em_tensor **out);
+/** The f32 values of a quantized tensor (of any scheme, any view). */
 em_status em_dequantize(const em_tensor *q, em_tensor **out);
+/** A quantized tensor on dev from its bytes in the layout em_quant_kind documents (the
+ *  contiguous form): scheme's storage, kind, scale_dtype, and for per-tensor kinds its scale
+ *  and zero_point (the scale finite and > 0). nbytes must be exactly the layout's size
+ *  (em_quant_nbytes). Block scales are taken as given (NaN included). EM_ERR_ARG,
+ *  EM_ERR_SHAPE, EM_ERR_DTYPE on a bad scheme, shape or size. Reading such a tensor's bytes
+ *  back: em_tensor_to_data (the contiguous form of any view). */
+em_status em_tensor_from_quantized(const void *bytes, size_t nbytes, const em_quant_scheme *scheme,
+                                   const int64_t *shape, int rank, em_device dev,
+                                   em_tensor **out);
+/** The bytes of a tensor of `shape` in scheme's contiguous layout, into *out; EM_ERR_SHAPE /
+ *  EM_ERR_DTYPE as em_tensor_from_quantized. */
+em_status em_quant_nbytes(const em_quant_scheme *scheme, const int64_t *shape, int rank,
+                          size_t *out);
 
 /** Copies src's values into dst's own buffer, in place (`dst[...] = src`),
  *  recording nothing for autodiff: how an optimizer updates a leaf parameter while keeping
@@ -587,7 +660,19 @@ em_status em_log_softmax(const em_tensor *x, int dim, em_tensor **out);
 
 /* ---- linear algebra ---- */
 /** Matrix product with numpy.matmul rules: 1-d operands are promoted and the added dim is
- *  removed; batch dims broadcast. Same dtype, float or int (bool is EM_ERR_DTYPE). */
+ *  removed; batch dims broadcast. Same dtype, float or int (bool is EM_ERR_DTYPE).
+ *  Quantized operands (the weight stays quantized; no dequantized copy is made):
+ *   - a float (any float dtype, any rank) @ b quantized (1-d or 2-d, any scheme): the result
+ *     has a's dtype. With a block scheme the blocks may run along b's first dim (the
+ *     reduction: a weight W [out, in] quantized by rows and used as x @ W^T, the fast form)
+ *     or along its last dim. Gradients flow to a (b is a constant).
+ *   - a quantized (1-d or 2-d) @ b float: the same through the transposes; the result has
+ *     b's dtype.
+ *   - a @ b both int8 quantized (q8 symmetric, or affine with zero point 0, or q8 blocks
+ *     along the reduction dim; b 1-d or 2-d): products summed in int32 (within a block, or a
+ *     whole row), scaled in f32: an f32 result.
+ *   Other pairs (q4 @ q4, a batched quantized operand, zero points in an int8 product) are
+ *   EM_ERR_UNSUPPORTED, saying to dequantize. */
 em_status em_matmul(const em_tensor *a, const em_tensor *b, em_tensor **out);
 
 /* ---- layout. Views share the input's buffer (reshape of a contiguous tensor, permute,

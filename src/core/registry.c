@@ -38,7 +38,7 @@ _Atomic(void *) emi_ctxs[EM_BACKEND_MAX][EMI_MAX_DEVICES];
     X(conv2d) X(conv_transpose2d) X(max_pool2d) X(avg_pool2d) X(adaptive_avg_pool2d)         \
     X(conv2d_weight_grad) X(avg_pool2d_backward) X(adaptive_avg_pool2d_backward)             \
     X(layer_norm) X(batch_norm) X(batch_norm_backward) X(group_norm) X(rms_norm) \
-    X(cumulative)
+    X(cumulative) X(quantize) X(dequantize) X(qmatmul)
 
 /* Installs a backend's table (under emi_reg_lock or during init). */
 static void emi_install(const em_backend_ops *ops) {
