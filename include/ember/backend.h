@@ -400,15 +400,22 @@ typedef struct em_backend_ops {
     em_status (*dequantize)(void *ctx, const em_view *out, const em_view *q,
                             const em_quant_scheme *s);
     /** out [M, N] (f32, fresh contiguous) = a [M, K] @ b [K, N], all rank 2, M, N, K >= 1.
-     *  b is quantized with bs, any valid view: for a block scheme bs->axis is 0 (blocks run
-     *  along K, the reduction) or 1 (along N). a is either
-     *   - f32, any strides (as NULL): out = sum_k a[m, k] * real(b[k, n]) in f32, in any
-     *     order; or
-     *   - quantized int8 (as: SYMMETRIC, or AFFINE with zero point 0, or q8 BLOCK with
-     *     as->axis 1), and then bs is q8 SYMMETRIC / AFFINE with zero point 0 / BLOCK with
-     *     axis 0: the products q_a q_b are summed exactly in int32 over each block of 32 along
-     *     K where either side is a block scheme (else over all of K), each such sum is
-     *     multiplied by the two scales (f32) and the results added in f32. */
+     *  b is quantized with bs, any valid view; a is f32 (as NULL) or quantized int8 (as).
+     *  (1) b per-tensor, or b with blocks along K (bs->axis 0): the int8 product. An f32 a
+     *      is first quantized row by row in blocks of 32 along K (the last one shorter when
+     *      K % 32 != 0), as q8 EM_QK_BLOCK with an f32 scale (d = max|x| / 127,
+     *      q = clamp(nearbyint(x * (1 / d)), -127, 127)): dynamic activation quantization,
+     *      as ggml and PyTorch's dynamic quantized Linear do. A quantized a is SYMMETRIC,
+     *      AFFINE with zero point 0, or q8 BLOCK with as->axis 1 (then bs is q8: SYMMETRIC,
+     *      AFFINE with zero point 0, or BLOCK with axis 0). Per block of 32 along K, the
+     *      integer sum S = sum q_a q_b is exact (int32), and out adds, in f32:
+     *        b per tensor:   d_a * scale_b * (S - zero_point_b * sum q_a)
+     *        b BLOCK q8:     d_a * d_b * S
+     *        b BLOCK q4:     d_a * d_b * (S - 8 * sum q_a)      (q_b in [0, 15])
+     *        b BLOCK_MIN q4: d_a * d_b * S + d_a * m_b * sum q_a
+     *      where d_a is 1 and the final sum is multiplied by scale_a for a per-tensor a.
+     *  (2) b with blocks along N (bs->axis 1), a f32 only (the input gradient of case 1's
+     *      x @ W^T is this form): out = a @ real(b) in f32, in any order. */
     em_status (*qmatmul)(void *ctx, const em_view *out, const em_view *a,
                          const em_quant_scheme *as, const em_view *b,
                          const em_quant_scheme *bs);

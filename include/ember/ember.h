@@ -665,7 +665,11 @@ em_status em_log_softmax(const em_tensor *x, int dim, em_tensor **out);
  *   - a float (any float dtype, any rank) @ b quantized (1-d or 2-d, any scheme): the result
  *     has a's dtype. With a block scheme the blocks may run along b's first dim (the
  *     reduction: a weight W [out, in] quantized by rows and used as x @ W^T, the fast form)
- *     or along its last dim. Gradients flow to a (b is a constant).
+ *     or along its last dim. Where b is per-tensor or its blocks run along the reduction,
+ *     a's rows are quantized dynamically to int8 in blocks of 32 (q8 EM_QK_BLOCK, f32
+ *     scales) and the product is an int8 one (as ggml and PyTorch's dynamic quantized Linear
+ *     do; backend.h's qmatmul slot gives the arithmetic); otherwise it is a @ dequantize(b)
+ *     in f32. Gradients flow to a as through a @ dequantize(b) (b is a constant).
  *   - a quantized (1-d or 2-d) @ b float: the same through the transposes; the result has
  *     b's dtype.
  *   - a @ b both int8 quantized (q8 symmetric, or affine with zero point 0, or q8 blocks
