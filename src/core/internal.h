@@ -275,8 +275,29 @@ static inline em_device emi_result_device(const em_tensor *const *ins, int n) {
     return ins[0]->dev;
 }
 
-/** Reads t's whole contents into a malloc'd row-major host buffer (caller frees). */
+/** Reads t's whole contents into a malloc'd row-major host buffer (caller frees); a block
+ *  quantized tensor gives its blocks' bytes (emi_qbytes_view of its axis-last form). */
 em_status emi_read_all(const em_tensor *t, void **data, size_t *bytes);
+
+/* ---- quantized tensors (src/ops/quant.c) ---- */
+
+/** True for a tensor of a block scheme (its view addresses blocks of 32, see backend.h). */
+static inline bool emi_qblocked(const em_tensor *t) {
+    return emi_kind(t->dtype) == EM_KIND_QUANTIZED &&
+           (t->scheme.kind == EM_QK_BLOCK || t->scheme.kind == EM_QK_BLOCK_MIN);
+}
+/** Checks that t's view (just made from a block tensor's) keeps every block whole and sets
+ *  t->scheme.axis; EM_ERR_UNSUPPORTED saying what would be cut otherwise. */
+em_status emi_qview_check(em_tensor *t);
+/** The bytes the contiguous form of t holds (numel * dtype size; blocks for block tensors). */
+size_t emi_data_bytes(const em_tensor *t);
+/** A fresh copy of block tensor t on dev (its own device for a clone), same shape and
+ *  scheme, its blocks laid out with the block axis last (t's layout when t is contiguous). */
+em_status emi_qclone(const char *fn, const em_tensor *t, em_device dev, em_tensor **out);
+/** emi_read_all of a block tensor: its blocks' bytes, block axis last. */
+em_status emi_qread_all(const em_tensor *t, void **data, size_t *bytes);
+/** em_matmul where a or b is quantized (both checked as live handles). */
+em_status emi_qmatmul(const char *fn, const em_tensor *a, const em_tensor *b, em_tensor **out);
 
 /** A strided copy of src's elements into dst (same shape), converting dtype. */
 em_status emi_copy_into(const char *fn, em_tensor *dst, const em_tensor *src);

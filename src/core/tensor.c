@@ -268,6 +268,13 @@ em_status emi_view_tensor(const em_tensor *base, const int64_t *shape, const int
     t->ad = NULL;
     t->scope_ix = 0;
     if (emi_scope_on) emi_scope_register(t);
+    if (emi_qblocked(base)) {
+        em_status s = emi_qview_check(t);
+        if (s != EM_OK) {
+            em_tensor_release(t);
+            return s;
+        }
+    }
     *out = t;
     return EM_OK;
 }
@@ -344,6 +351,7 @@ em_status emi_copy_into(const char *fn, em_tensor *dst, const em_tensor *src) {
 }
 
 em_status emi_read_all(const em_tensor *t, void **data, size_t *bytes) {
+    if (emi_qblocked(t)) return emi_qread_all(t, data, bytes);
     size_t n = (size_t)emi_numel(t->v.shape, t->v.rank) * em_dtype_size(t->v.dtype);
     void *buf = malloc(n ? n : 1);
     if (!buf) return emi_fail(EM_ERR_NOMEM, "out of memory reading %zu bytes", n);

@@ -59,7 +59,7 @@ em_status em_tensor_from_data(const void *data, em_dtype dt, const int64_t *shap
 em_status em_tensor_to_data(const em_tensor *t, void *dst, size_t dst_bytes) {
     static const char fn[] = "em_tensor_to_data";
     EMI_TRY(emi_check_tensor(fn, "t", t));
-    size_t need = (size_t)emi_numel(t->v.shape, t->v.rank) * em_dtype_size(t->v.dtype);
+    size_t need = emi_data_bytes(t);
     if (need && !dst) return emi_fail(EM_ERR_ARG, "%s: dst is NULL", fn);
     if (dst_bytes < need)
         return emi_fail(EM_ERR_ARG, "%s: dst holds %zu bytes, the tensor needs %zu", fn, dst_bytes,
@@ -80,6 +80,14 @@ em_status em_tensor_item(const em_tensor *t, double *out) {
     if (emi_numel(t->v.shape, t->v.rank) != 1)
         return emi_fail(EM_ERR_SHAPE, "%s: the tensor has %lld elements, not 1", fn,
                         (long long)emi_numel(t->v.shape, t->v.rank));
+    if (emi_kind(t->dtype) == EM_KIND_QUANTIZED) {
+        /* its real value */
+        em_tensor *f;
+        EMI_TRY(em_dequantize(t, &f));
+        em_status s = em_tensor_item(f, out);
+        em_tensor_release(f);
+        return s;
+    }
     union {
         double f64;
         float f32;
@@ -221,6 +229,10 @@ em_status em_contiguous(const em_tensor *t, em_tensor **out) {
     EMI_TRY(emi_check_tensor(fn, "t", t));
     EMI_TRY(emi_check_out(fn, out));
     if (emi_view_is_contiguous(&t->v)) return emi_share(t, out);
+    if (emi_qblocked(t) && t->scheme.axis != t->v.rank - 1)
+        return emi_fail(EM_ERR_UNSUPPORTED, "%s: the blocks of this quantized tensor run along "
+                        "dim %d: a row-major copy would cut them (em_clone keeps its layout; "
+                        "or dequantize)", fn, (int)t->scheme.axis);
     return em_clone(t, out);
 }
 
@@ -229,6 +241,16 @@ em_status em_clone(const em_tensor *t, em_tensor **out) {
     EMI_TRY(emi_check_tensor(fn, "t", t));
     EMI_TRY(emi_check_out(fn, out));
     em_tensor *o;
+    if (emi_qblocked(t)) {
+        EMI_TRY(emi_qclone(fn, t, t->dev, &o));
+        em_status s = emi_ad_created(o, t->dev);
+        if (s != EM_OK) {
+            em_tensor_release(o);
+            return s;
+        }
+        *out = o;
+        return EM_OK;
+    }
     EMI_TRY(emi_convert(fn, t, t->v.dtype, &emi_rule_clone, &o));
     o->dtype = t->dtype;
     o->scheme = t->scheme;
@@ -257,6 +279,8 @@ em_status em_to_device(const em_tensor *t, em_device dev, em_tensor **out) {
     if (t->dev.backend == dev.backend && t->dev.index == dev.index) {
         /* Same memory, another autodiff wrapping: a view over the same storage. */
         EMI_TRY(emi_view_tensor(t, t->v.shape, t->v.strides, t->v.rank, t->v.offset, &o));
+    } else if (emi_qblocked(t)) {
+        EMI_TRY(emi_qclone(fn, t, dev, &o));
     } else {
         void *data;
         size_t bytes;
@@ -295,80 +319,3 @@ em_status em_to_device(const em_tensor *t, em_device dev, em_tensor **out) {
     return EM_OK;
 }
 
-/* ---- quantization: per-tensor affine, computed with public ops ---- */
-
-em_status em_quantize(const em_tensor *x, em_dtype storage, em_tensor **out) {
-    static const char fn[] = "em_quantize";
-    EMI_TRY(emi_check_tensor(fn, "x", x));
-    EMI_TRY(emi_check_out(fn, out));
-    EMI_TRY(emi_check_float(fn, x));
-    if (storage != EM_Q8 && storage != EM_Q4)
-        return emi_fail(EM_ERR_DTYPE, "%s: storage must be q8 or q4, got %s", fn,
-                        em_dtype_name(storage));
-    double qmin = storage == EM_Q8 ? -128 : -8, qmax = storage == EM_Q8 ? 127 : 7;
-    void *data;
-    size_t bytes;
-    em_tensor *f64;
-    EMI_TRY(em_cast(x, EM_F64, &f64));
-    em_status s = emi_read_all(f64, &data, &bytes);
-    em_tensor_release(f64);
-    if (s != EM_OK) return s;
-    size_t n = bytes / sizeof(double);
-    const double *v = data;
-    double lo = 0, hi = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(v[i])) {
-            free(data);
-            return emi_fail(EM_ERR_ARG, "%s: the tensor holds a non-finite value", fn);
-        }
-        lo = v[i] < lo ? v[i] : lo;
-        hi = v[i] > hi ? v[i] : hi;
-    }
-    double scale = (hi - lo) / (qmax - qmin);
-    if (scale == 0) scale = 1;
-    double zp = nearbyint(qmin - lo / scale);
-    if (zp < qmin) zp = qmin;
-    if (zp > qmax) zp = qmax;
-    int8_t *q = malloc(n ? n : 1);
-    if (!q) {
-        free(data);
-        return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
-    }
-    for (size_t i = 0; i < n; i++) {
-        double r = nearbyint(v[i] / scale) + zp;
-        q[i] = (int8_t)(r < qmin ? qmin : r > qmax ? qmax : r);
-    }
-    free(data);
-    em_tensor *o;
-    s = em_tensor_from_data(q, EM_I8, x->v.shape, x->v.rank, x->dev, &o);
-    free(q);
-    if (s != EM_OK) return s;
-    o->dtype = storage;
-    o->scheme = (em_quant_scheme){storage, (float)scale, (int32_t)zp};
-    o->ckpt = EM_CKPT_NONE;
-    *out = o;
-    return EM_OK;
-}
-
-em_status em_dequantize(const em_tensor *q, em_tensor **out) {
-    static const char fn[] = "em_dequantize";
-    EMI_TRY(emi_check_tensor(fn, "q", q));
-    EMI_TRY(emi_check_out(fn, out));
-    if (em_dtype_kind(q->dtype) != EM_KIND_QUANTIZED)
-        return emi_fail(EM_ERR_DTYPE, "%s: expected a quantized tensor, got %s (%s)", fn,
-                        em_kind_name(em_dtype_kind(q->dtype)), em_dtype_name(q->dtype));
-    void *data;
-    size_t bytes;
-    EMI_TRY(emi_read_all(q, &data, &bytes));
-    float *f = malloc((bytes ? bytes : 1) * sizeof(float));
-    if (!f) {
-        free(data);
-        return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
-    }
-    for (size_t i = 0; i < bytes; i++)
-        f[i] = q->scheme.scale * (float)(((int8_t *)data)[i] - q->scheme.zero_point);
-    free(data);
-    em_status s = em_tensor_from_data(f, EM_F32, q->v.shape, q->v.rank, q->dev, out);
-    free(f);
-    return s;
-}

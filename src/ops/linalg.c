@@ -44,6 +44,8 @@ em_status em_matmul(const em_tensor *a, const em_tensor *b, em_tensor **out) {
     EMI_TRY(emi_check_tensor(fn, "a", a));
     EMI_TRY(emi_check_tensor(fn, "b", b));
     EMI_TRY(emi_check_out(fn, out));
+    if (emi_kind(a->dtype) == EM_KIND_QUANTIZED || emi_kind(b->dtype) == EM_KIND_QUANTIZED)
+        return emi_qmatmul(fn, a, b, out);
     EMI_TRY(emi_check_same_device(fn, a, b));
     EMI_TRY(emi_check_numeric(fn, a));
     EMI_TRY(emi_check_numeric(fn, b));

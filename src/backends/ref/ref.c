@@ -156,4 +156,7 @@ const em_backend_ops em_ref_backend_ops = {
     .cumulative = ref_cumulative,
     .sdpa = ref_sdpa,
     .sdpa_backward = ref_sdpa_backward,
+    .quantize = ref_quantize,
+    .dequantize = ref_dequantize,
+    .qmatmul = ref_qmatmul,
 };

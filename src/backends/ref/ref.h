@@ -192,6 +192,11 @@ em_status ref_cumulative(void *ctx, em_cum_op op, const em_view *values, const e
 em_status ref_softmax(void *ctx, const em_view *out, const em_view *in, int dim, bool log);
 /* linalg.c */
 em_status ref_matmul(void *ctx, const em_view *out, const em_view *a, const em_view *b);
+em_status ref_quantize(void *ctx, const em_view *out, const em_view *x, const em_quant_scheme *s);
+em_status ref_dequantize(void *ctx, const em_view *out, const em_view *q,
+                         const em_quant_scheme *s);
+em_status ref_qmatmul(void *ctx, const em_view *out, const em_view *a, const em_quant_scheme *as,
+                      const em_view *b, const em_quant_scheme *bs);
 /* index.c */
 em_status ref_gather(void *ctx, const em_view *out, const em_view *in, int dim,
                      const em_view *index);
