@@ -387,7 +387,7 @@ static void test_metadata_null(void **state) {
     CHECK(strstr(em_last_error(), "em_tensor_dim") != NULL, "em_tensor_dim message");
     CHECK(em_tensor_dim(x, -1) == 3, "em_tensor_dim(x, -1)");
 
-    em_quant_scheme sc = {EM_F64, 9.0f, 99};
+    em_quant_scheme sc = {.storage = EM_F64, .scale = 9.0f, .zero_point = 99};
     em_clear_error();
     chk_err(em_tensor_scheme(NULL, &sc), EM_ERR_ARG, "em_tensor_scheme", sc.zero_point == 99,
             "scheme(NULL)", __FILE__, __LINE__);
