@@ -171,3 +171,26 @@ em_status rw_layer_norm(void *ctx, const em_view *out, const em_view *x, const e
                         const em_view *bias, int64_t norm_numel, double eps) {
     return rw_call(ctx, RW_K_LAYER_NORM, 0, RC_V(out, x, weight, bias), &norm_numel, &eps);
 }
+
+em_status rw_quantize(void *ctx, const em_view *out, const em_view *x, const em_quant_scheme *s) {
+    int64_t i[RW_SCHEME_INTS];
+    double d;
+    rw_scheme_put(s, i, &d);
+    return rw_call(ctx, RW_K_QUANTIZE, 0, RC_V(out, x), i, &d);
+}
+
+em_status rw_dequantize(void *ctx, const em_view *out, const em_view *q, const em_quant_scheme *s) {
+    int64_t i[RW_SCHEME_INTS];
+    double d;
+    rw_scheme_put(s, i, &d);
+    return rw_call(ctx, RW_K_DEQUANTIZE, 0, RC_V(out, q), i, &d);
+}
+
+em_status rw_qmatmul(void *ctx, const em_view *out, const em_view *a, const em_quant_scheme *as,
+                     const em_view *b, const em_quant_scheme *bs) {
+    int64_t i[2 * RW_SCHEME_INTS];
+    double d[2];
+    rw_scheme_put(as, i, &d[0]); /* NULL (an f32 a): all zeros */
+    rw_scheme_put(bs, i + RW_SCHEME_INTS, &d[1]);
+    return rw_call(ctx, RW_K_QMATMUL, 0, RC_V(out, a, b), i, d);
+}

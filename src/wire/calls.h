@@ -66,6 +66,13 @@ em_status rw_adaptive_avg_pool2d_backward(void *ctx, const em_view *gx, const em
 em_status rw_layer_norm(void *ctx, const em_view *out, const em_view *x, const em_view *weight,
                         const em_view *bias, int64_t norm_numel, double eps);
 
+/* The quantized slots (ABI 5): the remote backend's only; the capture backend leaves them
+ * NULL, so that its core reports them unsupported. */
+em_status rw_quantize(void *ctx, const em_view *out, const em_view *x, const em_quant_scheme *s);
+em_status rw_dequantize(void *ctx, const em_view *out, const em_view *q, const em_quant_scheme *s);
+em_status rw_qmatmul(void *ctx, const em_view *out, const em_view *a, const em_quant_scheme *as,
+                     const em_view *b, const em_quant_scheme *bs);
+
 /** Conv and pool arguments as the 9 wire ints (see docs/remote-protocol.md). */
 void rw_conv_ints(const em_conv_args *a, int64_t ints[9]);
 void rw_pool_ints(const em_pool_args *a, int64_t ints[9]);
@@ -84,5 +91,8 @@ void rw_pool_ints(const em_pool_args *a, int64_t ints[9]);
     .conv2d_weight_grad = rw_conv2d_weight_grad, .avg_pool2d_backward = rw_avg_pool2d_backward, \
     .adaptive_avg_pool2d_backward = rw_adaptive_avg_pool2d_backward,                           \
     .layer_norm = rw_layer_norm
+
+/** The quantized slots, likewise (the remote backend's table only). */
+#define RW_QUANT_SLOTS .quantize = rw_quantize, .dequantize = rw_dequantize, .qmatmul = rw_qmatmul
 
 #endif /* EMBER_WIRE_CALLS_H */

@@ -7,6 +7,7 @@
  * values the kernels rely on for memory safety must hold (the checks the client's core made,
  * made again). A failure is reported to the client at its next read or sync.
  */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -66,10 +67,12 @@ static bool rs_extent(const rw_view *v, int64_t *lo, int64_t *hi) {
  *   4. the shapes and arguments the kernel indexes by (rs_check below);
  *   5. index values in range (read after 3, so that no output of the kernel can change them);
  *   6. when the slot's primary output (or scatter_add's index) is empty, nothing runs, as the
- *      core never calls a kernel there; inputs that must be contiguous are copied first. */
+ *      core never calls a kernel there; inputs that must be contiguous are copied first.
+ * The quantized slots check their schemes before 1 (a q8 / q4 block view's bytes depend on
+ * them: rs_block_view), and the values that the int8 kernels convert to integers at 5. */
 
 enum { V_NONE, V_OUT, V_INOUT, V_IN, V_INDEX }; /* a view's role */
-enum { K_ANY, K_FLOAT, K_NUMERIC, K_BOOL, K_IDX };      /* the kind a view needs */
+enum { K_ANY, K_FLOAT, K_NUMERIC, K_BOOL, K_IDX, K_QUANT, K_FQ }; /* the kind a view needs */
 enum { D_ANY, D_REF, D_I64, D_BOOL, D_WIDE };           /* its dtype against the reference */
 
 typedef struct rs_rule {
@@ -81,6 +84,8 @@ typedef struct rs_rule {
     bool in_place;     /* elementwise: an output may be exactly one of the inputs */
     bool strided_out;  /* copy: the output may be any view */
     bool contig_in;    /* inputs contiguous whatever the backend's caps (layer_norm) */
+    bool any_in;       /* inputs go as they are whatever the caps (the quantized slots take
+                        * any valid view, and a block view cannot be copied as elements) */
 } rs_rule;
 
 #define O V_OUT
@@ -126,6 +131,12 @@ static const rs_rule rs_rules[RW_K_COUNT] = {
                          {D_REF, D_REF, D_REF, D_REF}, 1, 0, false, false, true},
     [RW_K_CUMULATIVE] = {{O, O, I}, {K_ANY, K_ANY, K_ANY}, {D_REF, D_I64, D_REF}, 2, 2, false,
                          false, false},
+    /* the exact dtypes depend on the schemes: rs_check_quant */
+    [RW_K_QUANTIZE] = {{O, I}, {K_QUANT, K_FLOAT}, {D_ANY, D_ANY}, 1, 0, false, false, false, true},
+    [RW_K_DEQUANTIZE] = {{O, I}, {K_FLOAT, K_QUANT}, {D_ANY, D_ANY}, 1, 0, false, false, false,
+                         true},
+    [RW_K_QMATMUL] = {{O, I, I}, {K_FLOAT, K_FQ, K_QUANT}, {D_ANY, D_ANY, D_ANY}, 2, 0, false,
+                      false, false, true},
 #define F8 {K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT}
 #define R8 {D_REF, D_REF, D_REF, D_REF, D_REF, D_REF, D_REF, D_REF}
     [RW_K_BATCH_NORM] = {{O, O, O, I, I, I, V_INOUT, V_INOUT}, F8, R8, 3, 0, false, false, true},
@@ -205,12 +216,15 @@ static bool rs_kind_ok(uint8_t kind, em_dtype dt) {
     case K_NUMERIC: return k == EM_KIND_FLOAT || k == EM_KIND_INT;
     case K_BOOL: return k == EM_KIND_BOOL;
     case K_IDX: return dt == EM_I64 || dt == EM_I32;
+    case K_QUANT: return dt == EM_I8 || k == EM_KIND_QUANTIZED;
+    case K_FQ: return k == EM_KIND_FLOAT || dt == EM_I8 || k == EM_KIND_QUANTIZED;
     default: return k != EM_KIND_QUANTIZED;
     }
 }
 
 static const char *rs_kind_name(uint8_t kind) {
-    static const char *n[] = {"non-quantized", "float", "float or int", "bool", "i64 or i32"};
+    static const char *n[] = {"non-quantized", "float", "float or int", "bool", "i64 or i32",
+                              "quantized (i8, q8 or q4)", "float or quantized"};
     return n[kind];
 }
 
@@ -266,6 +280,155 @@ static em_status rs_view(rs_ctx *c, const rw_view *w, int i, em_view *out, int64
     }
     *blo = n > 0 ? lo * es : 0;
     *bhi = n > 0 ? (hi + 1) * es : 0;
+    return EM_OK;
+}
+
+/* ---- the quantized slots' schemes and block views ---- */
+
+static bool rs_qblocks(const em_quant_scheme *s) {
+    return s->kind == EM_QK_BLOCK || s->kind == EM_QK_BLOCK_MIN;
+}
+
+/* The dtype of a view of scheme s: its storage for the block kinds, i8 for the per-tensor
+ * ones (backend.h). */
+static em_dtype rs_qdtype(const em_quant_scheme *s) { return rs_qblocks(s) ? s->storage : EM_I8; }
+
+static const char *rs_qkind_name(em_quant_kind k) {
+    static const char *n[] = {"affine", "symmetric", "block", "block_min"};
+    return (unsigned)k <= EM_QK_BLOCK_MIN ? n[k] : "?";
+}
+
+static bool rs_why(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool rs_why(char *why, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, cap, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* Scheme `which` of a quantized slot's call (quantize, dequantize: 0; qmatmul: 0 for a, 1 for
+ * b) from its ints and doubles (wire.h: rw_scheme_put), checked as hostile input: a known
+ * storage / kind pair; block kinds: f32 or f16 scales, blocks of 32, an axis below 8 (the
+ * view's rank is checked with the view); per-tensor kinds: a scale that is an f32 > 0 whose
+ * reciprocal is finite (the kernels multiply by it), a zero point in the storage's range (0
+ * for symmetric). *s gets the fields its kind uses, the others 0. qmatmul's `as` may be
+ * absent (all zeros: *present false). False with a reason in why. */
+static bool rs_scheme_get(const rw_kernel *k, int which, em_quant_scheme *s, bool *present,
+                          char *why, size_t cap) {
+    const int64_t *I = k->ints + which * RW_SCHEME_INTS;
+    const double scale = k->doubles[which];
+    const char *name = k->slot != RW_K_QMATMUL ? "the scheme" : which ? "b's scheme" : "a's scheme";
+    memset(s, 0, sizeof *s);
+    *present = true;
+    if (k->slot == RW_K_QMATMUL && which == 0 && I[0] == 0) { /* no scheme: a is f32 */
+        *present = false;
+        bool zero = scale == 0;
+        for (int i = 1; i < RW_SCHEME_INTS; i++) zero = zero && I[i] == 0;
+        return zero || rs_why(why, cap, "%s has storage 0 (none: a is f32) and other fields set", name);
+    }
+    if (I[0] != EM_Q8 && I[0] != EM_Q4)
+        return rs_why(why, cap, "%s: storage %lld is not q8 or q4", name, (long long)I[0]);
+    if (I[1] < EM_QK_AFFINE || I[1] > EM_QK_BLOCK_MIN)
+        return rs_why(why, cap, "%s: unknown kind %lld", name, (long long)I[1]);
+    s->storage = (em_dtype)I[0];
+    s->kind = (em_quant_kind)I[1];
+    if ((s->kind == EM_QK_SYMMETRIC && s->storage != EM_Q8) ||
+        (s->kind == EM_QK_BLOCK_MIN && s->storage != EM_Q4))
+        return rs_why(why, cap, "%s: %s is not a scheme of %s storage", name,
+                      rs_qkind_name(s->kind), em_dtype_name(s->storage));
+    if (rs_qblocks(s)) {
+        if (I[3] != EM_F32 && I[3] != EM_F16)
+            return rs_why(why, cap, "%s: block scales are f32 or f16, got dtype %lld", name,
+                          (long long)I[3]);
+        if (I[4] != EM_QBLOCK)
+            return rs_why(why, cap, "%s: blocks of %lld elements, not %d", name, (long long)I[4],
+                          EM_QBLOCK);
+        if (I[5] < 0 || I[5] >= RW_MAX_RANK)
+            return rs_why(why, cap, "%s: block axis %lld out of range", name, (long long)I[5]);
+        s->scale_dtype = (em_dtype)I[3];
+        s->block = EM_QBLOCK;
+        s->axis = (int32_t)I[5];
+        return true;
+    }
+    if (!(scale > 0 && scale <= FLT_MAX) || (double)(float)scale != scale ||
+        !isfinite(1.0f / (float)scale))
+        return rs_why(why, cap, "%s: the scale must be an f32 > 0 with a finite reciprocal, got %g",
+                      name, scale);
+    const int64_t lo = s->kind == EM_QK_SYMMETRIC ? 0 : s->storage == EM_Q8 ? -128 : -8;
+    const int64_t hi = s->kind == EM_QK_SYMMETRIC ? 0 : s->storage == EM_Q8 ? 127 : 7;
+    if (I[2] < lo || I[2] > hi)
+        return rs_why(why, cap, "%s: zero point %lld outside [%lld, %lld]", name, (long long)I[2],
+                      (long long)lo, (long long)hi);
+    s->scale = (float)scale;
+    s->zero_point = (int32_t)I[2];
+    return true;
+}
+
+/* Which scheme of a quantized slot's call view i is quantized with (as rs_scheme_get's
+ * which), or -1 for a float view. */
+static int rs_scheme_index(rw_slot slot, int i) {
+    switch (slot) {
+    case RW_K_QUANTIZE: return i == 0 ? 0 : -1;
+    case RW_K_DEQUANTIZE: return i == 1 ? 0 : -1;
+    case RW_K_QMATMUL: return i == 1 ? 0 : i == 2 ? 1 : -1;
+    default: return -1;
+    }
+}
+
+/* Resolves view i, a q8 / q4 block view of scheme s, as rs_view does an element view:
+ * backend.h's rule (the block axis has stride 1 and a size that is a multiple of 32; every
+ * other dim of size > 1 has a stride that is a multiple of 32, and so is the offset), then
+ * every byte of every block it reaches inside the buffer: the block of element offset e
+ * starts at byte (e / 32) * em_quant_block_bytes(s), so a non-empty view touches bytes
+ * [(lo / 32) * bb, (hi / 32 + 1) * bb) where lo and hi are its least and greatest element
+ * offsets (overflow-checked), and an empty one's offset must be at most the buffer's end. */
+static em_status rs_block_view(rs_ctx *c, const rw_view *w, int i, const em_quant_scheme *s,
+                               em_view *out, int64_t *blo, int64_t *bhi) {
+    void *buf;
+    size_t bytes;
+    if (!c->lookup(c->conn, w->id, &buf, &bytes))
+        return rs_bad(c, EM_ERR_ARG, "view %d names buffer %llu, which does not exist", i,
+                      (unsigned long long)w->id);
+    if (!rs_qblocks(s) || w->dtype != s->storage)
+        return rs_bad(c, EM_ERR_DTYPE, "view %d is %s, its scheme %s %s", i,
+                      em_dtype_name(w->dtype), em_dtype_name(s->storage), rs_qkind_name(s->kind));
+    const int ax = s->axis;
+    if (ax >= w->rank)
+        return rs_bad(c, EM_ERR_ARG, "view %d: block axis %d of a %d-d view", i, ax, w->rank);
+    if (w->strides[ax] != 1 || w->shape[ax] % EM_QBLOCK != 0)
+        return rs_bad(c, EM_ERR_ARG, "view %d: its block axis %d must have stride 1 and a size "
+                      "that is a multiple of 32 (stride %lld, size %lld)", i, ax,
+                      (long long)w->strides[ax], (long long)w->shape[ax]);
+    if (w->offset % EM_QBLOCK != 0)
+        return rs_bad(c, EM_ERR_ARG, "view %d: offset %lld cuts a block (not a multiple of 32)",
+                      i, (long long)w->offset);
+    for (int d = 0; d < w->rank; d++)
+        if (d != ax && w->shape[d] > 1 && w->strides[d] % EM_QBLOCK != 0)
+            return rs_bad(c, EM_ERR_ARG, "view %d: dim %d's stride %lld cuts a block (not a "
+                          "multiple of 32)", i, d, (long long)w->strides[d]);
+    const int64_t bb = (int64_t)em_quant_block_bytes(s);
+    int64_t lo, hi, n, first = 0, end = 0;
+    bool ok = bb > 0 && rs_hull(w, &lo, &hi, &n);
+    if (ok && n > 0)
+        ok = lo >= 0 && !__builtin_mul_overflow(lo / EM_QBLOCK, bb, &first) &&
+             !__builtin_mul_overflow(hi / EM_QBLOCK + 1, bb, &end) && (uint64_t)end <= bytes;
+    else if (ok)
+        ok = !__builtin_mul_overflow(w->offset / EM_QBLOCK, bb, &first) && (uint64_t)first <= bytes;
+    if (!ok)
+        return rs_bad(c, EM_ERR_ARG, "view %d reaches outside buffer %llu (%zu bytes, blocks of "
+                      "%lld bytes)", i, (unsigned long long)w->id, bytes, (long long)bb);
+    memset(out, 0, sizeof *out);
+    out->buf = buf;
+    out->dtype = w->dtype;
+    out->rank = w->rank;
+    out->offset = w->offset;
+    for (int d = 0; d < w->rank; d++) {
+        out->shape[d] = w->shape[d];
+        out->strides[d] = w->strides[d];
+    }
+    *blo = n > 0 ? first : 0;
+    *bhi = n > 0 ? end : 0;
     return EM_OK;
 }
 
@@ -587,6 +750,123 @@ static em_status rs_check_norm(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_
     }
 }
 
+/* Every value of x (an f32 view) is finite: the int8 kernels convert x * (1 / d) to an
+ * integer, which has no value for NaN or an infinity (the core refuses them before quantize;
+ * a client's core is not trusted to have). Read through the backend when its memory is not
+ * host memory. */
+static em_status rs_check_finite(rs_ctx *c, const em_view *x, const char *name) {
+    const int64_t n = rs_numel_v(x);
+    if (n == 0) return EM_OK;
+    rw_view w = {0};
+    w.rank = x->rank;
+    w.offset = x->offset;
+    memcpy(w.shape, x->shape, sizeof w.shape);
+    memcpy(w.strides, x->strides, sizeof w.strides);
+    int64_t lo = 0, hi = 0;
+    if (!rs_extent(&w, &lo, &hi)) return rs_bad(c, EM_ERR_SHAPE, "%s overflows", name);
+    const char *base;
+    char *tmp = NULL;
+    if (c->h->ops->caps & EM_CAP_HOST_MEMORY) {
+        base = (const char *)x->buf + (size_t)lo * 4;
+    } else {
+        size_t len = (size_t)(hi - lo + 1) * 4;
+        tmp = malloc(len);
+        if (!tmp) return rs_bad(c, EM_ERR_NOMEM, "out of memory checking %s", name);
+        em_status s = c->h->ops->read(c->h->ctx, x->buf, (size_t)lo * 4, tmp, len);
+        if (s != EM_OK) {
+            free(tmp);
+            return rs_bad(c, s, "reading %s: %s", name, em_last_error());
+        }
+        base = tmp;
+    }
+    int64_t idx[RW_MAX_RANK] = {0};
+    em_status s = EM_OK;
+    for (int64_t i = 0; i < n && s == EM_OK; i++) {
+        int64_t off = x->offset - lo;
+        for (int d = 0; d < x->rank; d++) off += idx[d] * x->strides[d];
+        float f;
+        memcpy(&f, base + (size_t)off * 4, 4);
+        if (!isfinite(f))
+            s = rs_bad(c, EM_ERR_ARG, "%s holds a non-finite value (%g, element %lld), which has "
+                       "no int8 quantization", name, (double)f, (long long)i);
+        for (int d = x->rank - 1; d >= 0; d--) {
+            if (++idx[d] < x->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    free(tmp);
+    return s;
+}
+
+/* The quantized slots' schemes, dtypes and shapes (backend.h), and the values their int8
+ * kernels convert: quantize's x, and qmatmul's f32 a where it is quantized on the fly. */
+static em_status rs_check_quant(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS]) {
+    em_quant_scheme s[2];
+    bool p[2] = {false, false};
+    char why[200];
+    for (int w = 0; w < (k->slot == RW_K_QMATMUL ? 2 : 1); w++)
+        if (!rs_scheme_get(k, w, &s[w], &p[w], why, sizeof why))
+            return rs_bad(c, EM_ERR_ARG, "%s", why);
+    switch (k->slot) {
+    case RW_K_QUANTIZE: /* out x */
+        if (v[1]->dtype != EM_F32)
+            return rs_bad(c, EM_ERR_DTYPE, "x must be f32, got %s", em_dtype_name(v[1]->dtype));
+        if (v[0]->dtype != rs_qdtype(&s[0]))
+            return rs_bad(c, EM_ERR_DTYPE, "out is %s where a %s %s scheme needs %s",
+                          em_dtype_name(v[0]->dtype), em_dtype_name(s[0].storage),
+                          rs_qkind_name(s[0].kind), em_dtype_name(rs_qdtype(&s[0])));
+        if (!rs_same_shape(v[0], v[1])) return rs_bad(c, EM_ERR_SHAPE, "shapes differ");
+        if (rs_qblocks(&s[0]) && s[0].axis != v[0]->rank - 1)
+            return rs_bad(c, EM_ERR_ARG, "blocks run along the last dim (axis %d of a %d-d "
+                          "tensor)", (int)s[0].axis, v[0]->rank);
+        return rs_check_finite(c, v[1], "x");
+    case RW_K_DEQUANTIZE: /* out q */
+        if (v[0]->dtype != EM_F32)
+            return rs_bad(c, EM_ERR_DTYPE, "out must be f32, got %s", em_dtype_name(v[0]->dtype));
+        if (v[1]->dtype != rs_qdtype(&s[0]))
+            return rs_bad(c, EM_ERR_DTYPE, "q is %s where a %s %s scheme needs %s",
+                          em_dtype_name(v[1]->dtype), em_dtype_name(s[0].storage),
+                          rs_qkind_name(s[0].kind), em_dtype_name(rs_qdtype(&s[0])));
+        return rs_same_shape(v[0], v[1]) ? EM_OK : rs_bad(c, EM_ERR_SHAPE, "shapes differ");
+    case RW_K_QMATMUL: { /* out a b */
+        const em_view *o = v[0], *a = v[1], *b = v[2];
+        if (o->rank != 2 || a->rank != 2 || b->rank != 2)
+            return rs_bad(c, EM_ERR_SHAPE, "out, a and b must be 2-d");
+        const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
+        if (b->shape[0] != K || o->shape[0] != M || o->shape[1] != N)
+            return rs_bad(c, EM_ERR_SHAPE, "matrix dims do not fit");
+        if (K < 1) return rs_bad(c, EM_ERR_SHAPE, "K must be at least 1");
+        if (o->dtype != EM_F32)
+            return rs_bad(c, EM_ERR_DTYPE, "out must be f32, got %s", em_dtype_name(o->dtype));
+        if (b->dtype != rs_qdtype(&s[1]))
+            return rs_bad(c, EM_ERR_DTYPE, "b is %s where its %s %s scheme needs %s",
+                          em_dtype_name(b->dtype), em_dtype_name(s[1].storage),
+                          rs_qkind_name(s[1].kind), em_dtype_name(rs_qdtype(&s[1])));
+        if (a->dtype != (p[0] ? rs_qdtype(&s[0]) : EM_F32))
+            return rs_bad(c, EM_ERR_DTYPE, "a is %s where %s is needed", em_dtype_name(a->dtype),
+                          em_dtype_name(p[0] ? rs_qdtype(&s[0]) : EM_F32));
+        const bool along_n = rs_qblocks(&s[1]) && s[1].axis == 1;
+        if (p[0]) { /* the int8 product of two quantized operands */
+            const bool ok_a = s[0].kind == EM_QK_SYMMETRIC ||
+                              (s[0].kind == EM_QK_AFFINE && s[0].zero_point == 0) ||
+                              (s[0].kind == EM_QK_BLOCK && s[0].storage == EM_Q8 && s[0].axis == 1);
+            const bool ok_b = s[1].storage == EM_Q8 &&
+                              (s[1].kind == EM_QK_SYMMETRIC ||
+                               (s[1].kind == EM_QK_AFFINE && s[1].zero_point == 0) ||
+                               (s[1].kind == EM_QK_BLOCK && s[1].axis == 0));
+            if (!ok_a || !ok_b)
+                return rs_bad(c, EM_ERR_ARG, "a quantized a needs a symmetric, zero-point-0 "
+                              "affine or q8 block (along K) scheme, and b then a q8 one of those "
+                              "(blocks along K)");
+            return EM_OK;
+        }
+        /* an f32 a is quantized to int8 blocks unless b's blocks run along N */
+        return along_n ? EM_OK : rs_check_finite(c, a, "a");
+    }
+    default: return rs_bad(c, EM_ERR_ARG, "unknown slot");
+    }
+}
+
 static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS]) {
     const int64_t *I = k->ints;
     switch (k->slot) {
@@ -745,9 +1025,27 @@ static em_status rs_check(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS
             return rs_bad(c, EM_ERR_ARG, "clamp's bounds are NaN");
         return EM_OK;
     }
+    case RW_K_QUANTIZE: case RW_K_DEQUANTIZE: case RW_K_QMATMUL:
+        return rs_check_quant(c, k, v);
     case RW_K_COUNT: break;
     }
     return rs_bad(c, EM_ERR_ARG, "unknown slot");
+}
+
+/* Calls a quantized slot (its schemes were checked). */
+static em_status rs_call_quant(const em_backend_ops *o, void *x, const rw_kernel *k,
+                               em_view *v[RW_MAX_VIEWS]) {
+    em_quant_scheme s[2];
+    bool p[2] = {false, false};
+    char why[200];
+    for (int w = 0; w < (k->slot == RW_K_QMATMUL ? 2 : 1); w++)
+        if (!rs_scheme_get(k, w, &s[w], &p[w], why, sizeof why))
+            return em_backend_set_error(EM_ERR_ARG, "%s", why);
+    switch (k->slot) {
+    case RW_K_QUANTIZE: return o->quantize(x, v[0], v[1], &s[0]);
+    case RW_K_DEQUANTIZE: return o->dequantize(x, v[0], v[1], &s[0]);
+    default: return o->qmatmul(x, v[0], v[1], p[0] ? &s[0] : NULL, v[2], &s[1]);
+    }
 }
 
 /* Calls the slot. */
@@ -806,6 +1104,7 @@ static em_status rs_call(const rs_host *h, const rw_kernel *k, em_view *v[RW_MAX
     case RW_K_ADAM_STEP: return rs_adam_step(o, x, k, v);
     case RW_K_UNARY_BACKWARD:
         return o->unary_backward(x, (em_unary_op)k->sub, v[0], v[1], v[2], v[3], D);
+    case RW_K_QUANTIZE: case RW_K_DEQUANTIZE: case RW_K_QMATMUL: return rs_call_quant(o, x, k, v);
     case RW_K_COUNT: break;
     }
     return em_backend_set_error(EM_ERR_ARG, "unknown slot");
@@ -817,19 +1116,26 @@ static bool rs_has(const em_backend_ops *o, rw_slot s) {
         return o->adam_step || (o->unary && o->binary && o->binary_scalar);
     if (s == RW_K_UNARY_BACKWARD) /* as eagerly: the fused kernel only while fusing is on */
         return o->unary_backward && emi_fused_on();
+#define P(slot) (const void *)o->slot
     const void *p[RW_K_COUNT] = {
-        (const void *)o->fill, (const void *)o->arange, (const void *)o->random,
-        (const void *)o->copy, (const void *)o->unary, (const void *)o->binary,
-        (const void *)o->binary_scalar, (const void *)o->where, (const void *)o->reduce,
-        (const void *)o->cumsum, (const void *)o->softmax, (const void *)o->matmul,
-        (const void *)o->gather, (const void *)o->scatter_add, (const void *)o->index_select,
-        (const void *)o->sort, (const void *)o->conv2d, (const void *)o->conv_transpose2d,
-        (const void *)o->max_pool2d, (const void *)o->avg_pool2d,
-        (const void *)o->adaptive_avg_pool2d, (const void *)o->conv2d_weight_grad,
-        (const void *)o->avg_pool2d_backward, (const void *)o->adaptive_avg_pool2d_backward,
-        (const void *)o->layer_norm, (const void *)o->cumulative, (const void *)o->batch_norm,
-        (const void *)o->batch_norm_backward, (const void *)o->group_norm,
-        (const void *)o->rms_norm};
+        [RW_K_FILL] = P(fill), [RW_K_ARANGE] = P(arange), [RW_K_RANDOM] = P(random),
+        [RW_K_COPY] = P(copy), [RW_K_UNARY] = P(unary), [RW_K_BINARY] = P(binary),
+        [RW_K_BINARY_SCALAR] = P(binary_scalar), [RW_K_WHERE] = P(where),
+        [RW_K_REDUCE] = P(reduce), [RW_K_CUMSUM] = P(cumsum), [RW_K_SOFTMAX] = P(softmax),
+        [RW_K_MATMUL] = P(matmul), [RW_K_GATHER] = P(gather),
+        [RW_K_SCATTER_ADD] = P(scatter_add), [RW_K_INDEX_SELECT] = P(index_select),
+        [RW_K_SORT] = P(sort), [RW_K_CONV2D] = P(conv2d),
+        [RW_K_CONV_TRANSPOSE2D] = P(conv_transpose2d), [RW_K_MAX_POOL2D] = P(max_pool2d),
+        [RW_K_AVG_POOL2D] = P(avg_pool2d), [RW_K_ADAPTIVE_AVG_POOL2D] = P(adaptive_avg_pool2d),
+        [RW_K_CONV2D_WEIGHT_GRAD] = P(conv2d_weight_grad),
+        [RW_K_AVG_POOL2D_BACKWARD] = P(avg_pool2d_backward),
+        [RW_K_ADAPTIVE_AVG_POOL2D_BACKWARD] = P(adaptive_avg_pool2d_backward),
+        [RW_K_LAYER_NORM] = P(layer_norm), [RW_K_CUMULATIVE] = P(cumulative),
+        [RW_K_QUANTIZE] = P(quantize), [RW_K_DEQUANTIZE] = P(dequantize),
+        [RW_K_QMATMUL] = P(qmatmul), [RW_K_BATCH_NORM] = P(batch_norm),
+        [RW_K_BATCH_NORM_BACKWARD] = P(batch_norm_backward), [RW_K_GROUP_NORM] = P(group_norm),
+        [RW_K_RMS_NORM] = P(rms_norm)};
+#undef P
     return p[s] != NULL;
 }
 
@@ -852,9 +1158,25 @@ static em_status rs_prologue(rs_ctx *c, const rw_kernel *k, rs_rule *r,
     if (!rs_has(c->h->ops, k->slot))
         return rs_bad(c, EM_ERR_UNSUPPORTED, "the device does not implement it");
     *r = rs_rule_of(k);
+    /* the quantized slots' schemes first: a block view's bytes depend on its scheme */
+    em_quant_scheme qs[2];
+    bool qp[2] = {false, false};
+    const bool quant = rw_slot_is_quant(k->slot);
+    char why[200];
+    for (int w = 0; quant && w < (k->slot == RW_K_QMATMUL ? 2 : 1); w++)
+        if (!rs_scheme_get(k, w, &qs[w], &qp[w], why, sizeof why))
+            return rs_bad(c, EM_ERR_ARG, "%s", why);
     for (int i = 0; i < rw_slots[k->slot].nviews && s == EM_OK; i++)
         if (k->mask & (1u << i)) {
-            s = rs_view(c, &k->views[i], i, &views[i], &blo[i], &bhi[i]);
+            const rw_view *w = &k->views[i];
+            const int qi = quant ? rs_scheme_index(k->slot, i) : -1;
+            if (w->dtype != EM_Q8 && w->dtype != EM_Q4)
+                s = rs_view(c, w, i, &views[i], &blo[i], &bhi[i]);
+            else if (qi < 0 || !qp[qi]) /* the decoder lets q8 / q4 in the quantized slots only */
+                s = rs_bad(c, EM_ERR_DTYPE, "view %d is %s without a scheme", i,
+                           em_dtype_name(w->dtype));
+            else
+                s = rs_block_view(c, w, i, &qs[qi], &views[i], &blo[i], &bhi[i]);
             v[i] = &views[i];
         }
     if (s == EM_OK && k->slot == RW_K_SORT && !v[0] && !v[1])
@@ -878,8 +1200,10 @@ em_status rs_resolve_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn,
         *mode = RS_SKIP;
         return EM_OK;
     }
-    /* index values change from run to run: those slots are checked at each one */
-    if (k->slot == RW_K_GATHER || k->slot == RW_K_INDEX_SELECT || k->slot == RW_K_SCATTER_ADD) {
+    /* index values (and the values the int8 kernels convert) change from run to run: those
+     * slots are checked at each one */
+    if (k->slot == RW_K_GATHER || k->slot == RW_K_INDEX_SELECT || k->slot == RW_K_SCATTER_ADD ||
+        k->slot == RW_K_QUANTIZE || k->slot == RW_K_QMATMUL) {
         *mode = RS_CHECKED;
         return EM_OK;
     }
@@ -887,7 +1211,7 @@ em_status rs_resolve_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn,
     if (s == EM_OK) s = rs_check_outputs(&c, &r, v, blo, bhi);
     if (s != EM_OK) return s;
     *mode = RS_DIRECT;
-    const bool strided = (h->ops->caps & EM_CAP_STRIDED_INPUTS) && !r.contig_in;
+    const bool strided = ((h->ops->caps & EM_CAP_STRIDED_INPUTS) && !r.contig_in) || r.any_in;
     for (int i = 0; i < RW_MAX_VIEWS && !strided && k->slot != RW_K_COPY; i++)
         if (v[i] && (r.role[i] == V_IN || r.role[i] == V_INDEX) && !rs_contiguous(v[i]))
             *mode = RS_CHECKED; /* its inputs are copied contiguous at each run */
@@ -927,7 +1251,7 @@ em_status rs_exec_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn, cons
     /* inputs the kernel needs contiguous (a backend without EM_CAP_STRIDED_INPUTS, or a slot
      * that always does): copies; copy's own input may be any view */
     void *tmp[RW_MAX_VIEWS] = {0};
-    bool strided = (h->ops->caps & EM_CAP_STRIDED_INPUTS) && !r.contig_in;
+    bool strided = ((h->ops->caps & EM_CAP_STRIDED_INPUTS) && !r.contig_in) || r.any_in;
     for (int i = 0; i < RW_MAX_VIEWS && s == EM_OK && !strided && k->slot != RW_K_COPY; i++) {
         if (!v[i] || (r.role[i] != V_IN && r.role[i] != V_INDEX) || rs_contiguous(v[i])) continue;
         size_t n = (size_t)rs_numel_v(v[i]) * em_dtype_size(v[i]->dtype);

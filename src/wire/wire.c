@@ -33,6 +33,10 @@ const rw_slot_info rw_slots[RW_K_COUNT] = {
     [RW_K_ADAPTIVE_AVG_POOL2D_BACKWARD] = {"adaptive_avg_pool2d_backward", 2, 0, 0, 0, 0},
     [RW_K_LAYER_NORM] = {"layer_norm", 4, 0xC, 1, 1, 0}, /* out x weight? bias?; n; eps */
     [RW_K_CUMULATIVE] = {"cumulative", 3, 0x2, 1, 0, EM_CUM_COUNT}, /* values indices? in; dim */
+    /* the schemes (rw_scheme_put): 6 ints and a double each */
+    [RW_K_QUANTIZE] = {"quantize", 2, 0, 6, 1, 0},     /* out x; s */
+    [RW_K_DEQUANTIZE] = {"dequantize", 2, 0, 6, 1, 0}, /* out q; s */
+    [RW_K_QMATMUL] = {"qmatmul", 3, 0, 12, 2, 0},      /* out a b; as bs; as's scale, bs's */
     /* out save_mean? save_invstd? x weight? bias? running_mean? running_var?; training;
      * momentum eps */
     [RW_K_BATCH_NORM] = {"batch_norm", 8, 0xF6, 1, 2, 0},
@@ -48,6 +52,8 @@ const rw_slot_info rw_slots[RW_K_COUNT] = {
     /* gx x? y? gy; sub: the unary op; clamp's lo hi */
     [RW_K_UNARY_BACKWARD] = {"unary_backward", 4, 0x6, 0, 2, EM_UN_COUNT},
 };
+
+_Static_assert(RW_K_REMOTE_COUNT <= 32, "the welcome's slot mask is a u32");
 
 /* ---- writer ---- */
 
@@ -189,7 +195,23 @@ static bool rw_fail(char *why, size_t cap, const char *msg, long a) {
     return false;
 }
 
-static bool rw_get_view(rw_reader *r, rw_view *v, char *why, size_t cap) {
+void rw_scheme_put(const em_quant_scheme *s, int64_t ints[RW_SCHEME_INTS], double *scale) {
+    if (!s) {
+        for (int i = 0; i < RW_SCHEME_INTS; i++) ints[i] = 0;
+        *scale = 0;
+        return;
+    }
+    const bool blocks = s->kind == EM_QK_BLOCK || s->kind == EM_QK_BLOCK_MIN;
+    ints[0] = (int64_t)s->storage;
+    ints[1] = (int64_t)s->kind;
+    ints[2] = s->zero_point;
+    ints[3] = (int64_t)s->scale_dtype;
+    ints[4] = blocks && s->block == 0 ? EM_QBLOCK : s->block; /* 0 when asked for means 32 */
+    ints[5] = s->axis;
+    *scale = s->scale;
+}
+
+static bool rw_get_view(rw_reader *r, rw_view *v, bool quant, char *why, size_t cap) {
     memset(v, 0, sizeof *v);
     v->id = rw_get_u64(r);
     unsigned dt = rw_get_u8(r);
@@ -197,8 +219,9 @@ static bool rw_get_view(rw_reader *r, rw_view *v, char *why, size_t cap) {
     uint64_t off = rw_get_u64(r);
     if (r->bad) return rw_fail(why, cap, "truncated view%ld", 0);
     if (v->id == 0) return rw_fail(why, cap, "buffer id 0%ld", 0);
-    /* views carry storage dtypes: quantized tensors are seen as their storage */
-    if (dt >= (unsigned)EM_Q8) return rw_fail(why, cap, "bad dtype %ld", (long)dt);
+    /* q8 / q4 block views only in the quantized slots (per-tensor kinds travel as i8) */
+    if (dt >= (unsigned)(quant ? EM_DTYPE_COUNT : EM_Q8))
+        return rw_fail(why, cap, "bad dtype %ld", (long)dt);
     if (rank > RW_MAX_RANK) return rw_fail(why, cap, "rank %ld exceeds 8", (long)rank);
     if (off > (uint64_t)INT64_MAX) return rw_fail(why, cap, "negative offset%ld", 0);
     v->dtype = (em_dtype)dt;
@@ -230,7 +253,8 @@ bool rw_decode_kernel(const uint8_t *body, size_t len, rw_kernel *k, char *why, 
     k->sub = (int)sub;
     k->mask = (uint8_t)mask;
     for (int i = 0; i < si->nviews; i++)
-        if ((mask & (1u << i)) && !rw_get_view(&r, &k->views[i], why, cap)) return false;
+        if ((mask & (1u << i)) && !rw_get_view(&r, &k->views[i], rw_slot_is_quant((int)slot), why, cap))
+            return false;
     for (int i = 0; i < si->nints; i++) k->ints[i] = (int64_t)rw_get_u64(&r);
     for (int i = 0; i < si->ndoubles; i++) k->doubles[i] = rw_get_f64(&r);
     if (r.bad) return rw_fail(why, cap, "truncated kernel arguments%ld", 0);

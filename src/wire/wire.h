@@ -16,7 +16,9 @@
 #include "ember/backend.h"
 
 #define RW_MAGIC "EMBR"
-#define RW_VERSION 2u /* 2: unary kernels carry three doubles (nan_to_num's values) */
+/* 2: unary kernels carry three doubles (nan_to_num's values); 3: the quantized slots
+ * (quantize, dequantize, qmatmul), whose views may be q8 / q4 block views */
+#define RW_VERSION 3u
 #define RW_NONCE_BYTES 32
 #define RW_MAC_BYTES 32
 #define RW_MAX_RANK 8
@@ -59,6 +61,9 @@ typedef enum rw_slot {
     RW_K_CONV2D_WEIGHT_GRAD, RW_K_AVG_POOL2D_BACKWARD, RW_K_ADAPTIVE_AVG_POOL2D_BACKWARD,
     RW_K_LAYER_NORM,
     RW_K_CUMULATIVE, /* cumprod / cummax / cummin (em_cum_op) */
+    /* quantized tensors (ABI 5): the remote protocol only (the capture backend leaves them
+     * NULL); each carries its schemes as ints and doubles (rw_scheme_put) */
+    RW_K_QUANTIZE, RW_K_DEQUANTIZE, RW_K_QMATMUL,
     /* the normalization slots (ABI 3): captured graphs only, never on the remote protocol
      * (its client leaves them NULL, so its core composes them; a server refuses them) */
     RW_K_BATCH_NORM, RW_K_BATCH_NORM_BACKWARD, RW_K_GROUP_NORM, RW_K_RMS_NORM,
@@ -71,8 +76,20 @@ typedef enum rw_slot {
     RW_K_COUNT
 } rw_slot;
 
-/** The slots the remote protocol carries: those before RW_K_BATCH_NORM. */
+/** The slots the remote protocol carries: those before RW_K_BATCH_NORM (at most 32: the
+ *  welcome's `slots` is a u32 mask). */
 #define RW_K_REMOTE_COUNT RW_K_BATCH_NORM
+
+/** True for the quantized slots, the only ones whose views may have dtype EM_Q8 / EM_Q4. */
+static inline bool rw_slot_is_quant(int slot) {
+    return slot == RW_K_QUANTIZE || slot == RW_K_DEQUANTIZE || slot == RW_K_QMATMUL;
+}
+
+/** A quantization scheme on the wire: RW_SCHEME_INTS ints (storage, kind, zero_point,
+ *  scale_dtype, block, axis) and one double (scale, an f32 value). An absent scheme
+ *  (qmatmul's `as` for an f32 a) is all zeros: storage 0 is EM_F32, not a storage dtype. */
+#define RW_SCHEME_INTS 6
+void rw_scheme_put(const em_quant_scheme *s, int64_t ints[RW_SCHEME_INTS], double *scale);
 
 /** The fixed shape of a kernel message for one slot. */
 typedef struct rw_slot_info {
@@ -88,7 +105,7 @@ typedef struct rw_slot_info {
 extern const rw_slot_info rw_slots[RW_K_COUNT];
 
 #define RW_MAX_VIEWS 8
-#define RW_MAX_INTS 10
+#define RW_MAX_INTS 12 /* qmatmul: two schemes */
 #define RW_MAX_DOUBLES 6 /* adam_step's hyperparameters; a remote slot takes at most 3 */
 
 /** A view on the wire: em_view with a buffer id in place of the pointer. */
@@ -178,7 +195,8 @@ static inline void rw_store_le64(uint8_t *b, uint64_t v) {
 
 /** Decodes the body of a RW_KERNEL message that follows its type byte. Checks the structure
  *  only: a known slot and op, the slot's required views present and no others, ids non-zero,
- *  known non-quantized dtypes, ranks 0..8, dims >= 0, offsets >= 0, the exact length. On
+ *  known dtypes (q8 / q4 in the quantized slots only), ranks 0..8, dims >= 0, offsets >= 0,
+ *  the exact length. On
  *  failure returns false and writes a reason into why (cap bytes). Never reads past len. */
 bool rw_decode_kernel(const uint8_t *body, size_t len, rw_kernel *k, char *why, size_t cap);
 

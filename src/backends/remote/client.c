@@ -379,6 +379,7 @@ const em_backend_ops em_remote_backend_ops = {
     .memory = rc_memory,
     .memory_reset_peak = rc_memory_reset_peak,
     RW_CALL_SLOTS,
+    RW_QUANT_SLOTS,
     .read_many = rc_read_many,
 };
 
