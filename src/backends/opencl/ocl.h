@@ -173,5 +173,12 @@ em_status ocl_group_norm(void *ctx, const em_view *out, const em_view *save_mean
 em_status ocl_rms_norm(void *ctx, const em_view *out, const em_view *save_invrms,
                        const em_view *x, const em_view *weight, int64_t norm_numel,
                        double eps);
+/* quant.c (ABI 5) */
+em_status ocl_quantize(void *ctx, const em_view *out, const em_view *x,
+                       const em_quant_scheme *s);
+em_status ocl_dequantize(void *ctx, const em_view *out, const em_view *q,
+                         const em_quant_scheme *s);
+em_status ocl_qmatmul(void *ctx, const em_view *out, const em_view *a, const em_quant_scheme *as,
+                      const em_view *b, const em_quant_scheme *bs);
 
 #endif /* EMBER_OCL_H */

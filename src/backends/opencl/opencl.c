@@ -301,4 +301,7 @@ const em_backend_ops em_opencl_backend_ops = {
     .group_norm = ocl_group_norm,
     .rms_norm = ocl_rms_norm,
     .cumulative = ocl_cumulative,
+    .quantize = ocl_quantize,
+    .dequantize = ocl_dequantize,
+    .qmatmul = ocl_qmatmul,
 };
