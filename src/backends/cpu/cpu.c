@@ -7,6 +7,7 @@
 
 #include "blocks.h"
 #include "cpu.h"
+#include "quant.h"
 
 static int cpu_ctx_token; /* the one cpu device needs no state of its own */
 
@@ -536,4 +537,8 @@ const em_backend_ops em_cpu_backend_ops = {
     /* fused.c (ABI 3) */
     .unary_backward = cpu_unary_backward,
     .adam_step = cpu_adam_step,
+    /* quant.c (ABI 5) */
+    .quantize = cpu_quantize,
+    .dequantize = cpu_dequantize,
+    .qmatmul = cpu_qmatmul,
 };
