@@ -8,6 +8,8 @@
  *                  any access outside them): whatever the checks let through must stay inside
  *                  the buffers. Views of more than 2^16 elements are skipped (time, not safety).
  * A decoded kernel must re-encode to the same bytes. Nothing may crash or leak.
+ * The quantized calls (seeds quantize, dequantize, qmatmul) are the only ones whose views may
+ * be q8 / q4 block views; their schemes and block bounds are checked before ref's kernels run.
  *
  * Build: cmake -DEMBER_BUILD_FUZZ=ON -DCMAKE_C_COMPILER=clang; run:
  *   fuzz_remote_decode -max_total_time=30 NEW_CORPUS_DIR tests/fuzz/corpus/remote_decode

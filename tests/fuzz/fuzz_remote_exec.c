@@ -13,6 +13,9 @@
  *   op % 4 == 2: a FREE and a new ALLOC of the id: u8 id, u8 size (zeroed, as the server does);
  *   op % 4 == 3: every byte of buffer id set to one value: u8 id, u8 value.
  * Kernels run in order on the same buffers, so that one's output is the next one's index.
+ * The quantized calls (protocol version 3) run too: their q8 / q4 block views, schemes and
+ * values are checked as the server checks them, and the cpu backend's quantized kernels (ref's
+ * where it has none) run on what passes (seeds ok_quant*, bound_quant*).
  * Bounded work: views above 2^16 elements and pool windows or conv strides/dilations above 64
  * are skipped (an authenticated client may ask for much compute and memory; that is a limit,
  * not a memory-safety question).
