@@ -7,6 +7,7 @@
  *                    [--batch B] [--lr X] [--optimizer sgd|adam|adamw] [--momentum M]
  *                    [--checkpointing balanced] [--save F] [--load F] [--eval] [--data P]
  *                    [--seed S] [--limit N] [--test-limit N] [--steps N] [--context T]
+ *                    [--quantize q8|q4|q4_0|q4_1]
  *
  * Models (all built from nn.h modules; eval runs the same model under em_set_grad_enabled
  * (false), no second copy):
@@ -37,6 +38,16 @@
  *
  * --eval (with --load) only evaluates; its final line reports loss=nan. --save/--load write
  * and read the model's state (parameters and buffers, em_module_save/em_module_load).
+ *
+ * --quantize S: post-training quantization (em_params_quantize) of the linear layers' weights
+ * once the model is trained or loaded, before --save and the evaluation: q8 is ggml's Q8_0
+ * (int8 blocks of 32, f16 scales), q4_0 ggml's Q4_0 (4-bit blocks of 32, f16 scales), q4_1
+ * ggml's Q4_1 (4-bit blocks with a minimum), q4 the better of the two on the MLP (Q4_1,
+ * docs/quantization.md). A weight whose input size is not a multiple of 32 (the MLP's and the
+ * CNN's 784-input layer), convolutions and embeddings stay float. The line "quantized: ..."
+ * says how many weights were quantized and the state's bytes before and after. A file saved
+ * after --quantize holds the quantized weights (io.h) and --load reads it back into the
+ * float-built model: --load F --eval then evaluates the quantized model as it was.
  *
  * The last line of the output is machine-readable:
  *   final: loss=<mean loss of the last epoch> accuracy=<test accuracy> epoch_s=<s per epoch>
@@ -71,7 +82,7 @@
     } while (0)
 
 typedef struct config {
-    const char *device, *model, *optimizer, *save, *load, *data;
+    const char *device, *model, *optimizer, *save, *load, *data, *quantize;
     long epochs, batch, limit, test_limit, steps, context;
     double lr, momentum;
     uint64_t seed;
@@ -92,13 +103,17 @@ static void usage(FILE *f) {
                "                   [--checkpointing balanced] [--save F] [--load F] [--eval]\n"
                "                   [--capture]\n"
                "                   [--data DIR|FILE] [--seed S] [--limit N] [--test-limit N]\n"
-               "                   [--steps N] [--context T]\n"
+               "                   [--steps N] [--context T] [--quantize q8|q4|q4_0|q4_1]\n"
                "  mlp, cnn, resnet: Fashion-MNIST in --data DIR; transformer: a character "
                "model of the\n"
                "  text --data FILE (default /usr/share/common-licenses/GPL-3), an epoch = "
                "--steps N batches\n"
                "  (default one pass over the text); see the comment at the top of "
-               "tools/ember-train.c\n");
+               "tools/ember-train.c\n"
+               "  --quantize: after training or --load, the linear weights quantized in blocks of "
+               "32 (f16 scales):\n"
+               "  q8 = ggml's Q8_0, q4_0 = Q4_0, q4_1 = Q4_1 (4 bits with a minimum), q4 = q4_1 "
+               "(the better on the MLP)\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b) {
@@ -142,7 +157,7 @@ static int parse_args(int argc, char **argv, config *c) {
         static const char *const with_value[] = {
             "--device", "--model", "--epochs", "--batch", "--lr", "--optimizer", "--momentum",
             "--checkpointing", "--save", "--load", "--data", "--seed", "--limit", "--test-limit",
-            "--steps", "--context"};
+            "--steps", "--context", "--quantize"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
             known = known || strcmp(f, with_value[k]) == 0;
@@ -154,6 +169,12 @@ static int parse_args(int argc, char **argv, config *c) {
         else if (strcmp(f, "--save") == 0) c->save = v;
         else if (strcmp(f, "--load") == 0) c->load = v;
         else if (strcmp(f, "--data") == 0) c->data = v;
+        else if (strcmp(f, "--quantize") == 0) {
+            if (strcmp(v, "q8") != 0 && strcmp(v, "q4") != 0 && strcmp(v, "q4_0") != 0 &&
+                strcmp(v, "q4_1") != 0)
+                return bad("--quantize: '%s' is not q8, q4, q4_0 or q4_1%s", v, "");
+            c->quantize = v;
+        }
         else if (strcmp(f, "--model") == 0) {
             if (strcmp(v, "mlp") != 0 && strcmp(v, "cnn") != 0 && strcmp(v, "resnet") != 0 &&
                 strcmp(v, "transformer") != 0)
@@ -502,6 +523,49 @@ static em_status make_optimizer(const config *c, const em_params *params, em_opt
     return em_optimizer_adam(params, c->lr, 0.9, 0.999, 1e-8, 0, opt);
 }
 
+/** The scheme of --quantize: q8 ggml's Q8_0, q4_0 Q4_0, q4_1 and q4 Q4_1; f16 scales. */
+static em_quant_scheme quant_scheme(const char *name) {
+    em_quant_scheme sc = {0};
+    sc.storage = strcmp(name, "q8") == 0 ? EM_Q8 : EM_Q4;
+    sc.kind = strcmp(name, "q4_0") == 0 || strcmp(name, "q8") == 0 ? EM_QK_BLOCK
+                                                                   : EM_QK_BLOCK_MIN;
+    sc.scale_dtype = EM_F16;
+    return sc;
+}
+
+/** Bytes of t as stored: its layout's for a quantized tensor, numel x dtype size otherwise. */
+static size_t stored_bytes(const em_tensor *t) {
+    em_quant_scheme sc;
+    size_t nb = 0;
+    if (em_tensor_kind(t) == EM_KIND_QUANTIZED && em_tensor_scheme(t, &sc) == EM_OK &&
+        em_quant_nbytes(&sc, em_tensor_shape(t), em_tensor_rank(t), &nb) == EM_OK)
+        return nb;
+    return (size_t)em_tensor_numel(t) * em_dtype_size(em_tensor_dtype(t));
+}
+
+/** --quantize: the linear weights of params quantized in place (skip: names left float, NULL
+ *  or NULL-terminated), and a line that says what changed. */
+static em_status quantize_model(const char *name, em_params *params, const char *const *skip) {
+    size_t before = 0, after = 0, n = 0;
+    int64_t weights = 0, total = 0;
+    for (size_t i = 0; i < em_params_count(params); i++)
+        before += stored_bytes(em_params_get(params, i));
+    em_quant_scheme sc = quant_scheme(name);
+    em_status s = em_params_quantize(params, &sc, skip, &n);
+    if (s != EM_OK) return s;
+    for (size_t i = 0; i < em_params_count(params); i++) {
+        const em_tensor *t = em_params_get(params, i);
+        after += stored_bytes(t);
+        total += em_tensor_numel(t);
+        if (em_tensor_kind(t) == EM_KIND_QUANTIZED) weights += em_tensor_numel(t);
+    }
+    printf("quantized: %s (%s), %zu weight tensors, %lld of %lld parameters; parameter bytes "
+           "%zu -> %zu\n",
+           name, sc.storage == EM_Q8 ? "Q8_0" : sc.kind == EM_QK_BLOCK ? "Q4_0" : "Q4_1", n,
+           (long long)weights, (long long)total, before, after);
+    return EM_OK;
+}
+
 /** Writes the model's state (parameters and buffers) to path and says so. */
 static em_status save_model(em_module *model, const em_params *params, const char *path) {
     em_status s = em_module_save(model, path);
@@ -745,6 +809,10 @@ static int run_transformer(const config *c, em_device dev, em_device inner) {
                (double)(steps * c->batch * T) / dt);
         fflush(stdout);
     }
+    if (c->quantize != NULL) {
+        static const char *const embeddings[] = {"tok.weight", "pos.weight", NULL};
+        TRY(quantize_model(c->quantize, params, embeddings));
+    }
     if (c->save != NULL) TRY(save_model(model, params, c->save));
     /* validation: consecutive windows of the validation bytes, the same model with recording off */
     int64_t nwin = (int64_t)((nval - 1) / (size_t)T);
@@ -932,6 +1000,7 @@ int main(int argc, char **argv) {
                (double)used / dt);
         fflush(stdout);
     }
+    if (c.quantize != NULL) TRY(quantize_model(c.quantize, params, NULL));
     if (c.save != NULL) TRY(save_model(model, params, c.save));
     double acc = 0;
     int64_t ntest = em_dataset_size(test);

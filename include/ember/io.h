@@ -77,12 +77,23 @@ typedef struct em_tensor_map em_tensor_map;
  *  padded with spaces to a multiple of 8 bytes, then the raw little-endian data in the order
  *  given. Tensors may live on any device (they are read back with em_tensor_to_data); they are
  *  borrowed. The file is written to "<path>.tmp" and renamed over `path` when complete.
- *  Supported dtypes: f32 f64 f16 bf16 i64 i32 i16 i8 u8 bool. Errors: EM_ERR_ARG (NULL path,
- *  NULL names or tensors with n > 0, a NULL or empty name, a name that is not valid UTF-8 (the
- *  header is JSON; the message says what is wrong and at which byte), the reserved name
- *  "__metadata__", a duplicate name, a NULL tensor), EM_ERR_DTYPE (a quantized tensor),
- *  EM_ERR_IO (the file cannot be written), EM_ERR_NOMEM, and whatever em_tensor_to_data
- *  reports. */
+ *  Supported dtypes: f32 f64 f16 bf16 i64 i32 i16 i8 u8 bool, and quantized tensors (q8, q4,
+ *  any em_quant_kind), which safetensors has no dtype for: such a tensor is written as its
+ *  bytes in its scheme's contiguous layout (ember.h, em_quant_kind; em_tensor_to_data's bytes)
+ *  with dtype "U8" and shape [number of bytes], and the file's "__metadata__" gets, under the
+ *  key "ember.quant.<name>", a JSON object as a string (the format's metadata values are
+ *  strings) giving its scheme and shape:
+ *    block kinds:  {"scheme":"q4_block_min","scale_dtype":"f16","shape":[256,784]}
+ *    per-tensor:   {"scheme":"q8_affine","scale":0.0123,"zero_point":-3,"shape":[4,8]}
+ *  scheme one of "q8_affine", "q4_affine", "q8_symmetric" (no "zero_point"), "q8_block",
+ *  "q4_block", "q4_block_min"; scale_dtype "f32" or "f16"; the scale the f32 value written
+ *  exactly (docs/quantization.md). Other readers see a "U8" tensor and the metadata string.
+ *  Errors: EM_ERR_ARG (NULL path, NULL names or tensors with n > 0, a NULL or empty name, a
+ *  name that is not valid UTF-8 (the header is JSON; the message says what is wrong and at
+ *  which byte), the reserved name "__metadata__", a duplicate name, a NULL tensor),
+ *  EM_ERR_UNSUPPORTED (a view of a block-quantized tensor whose blocks do not run along its
+ *  last dim, e.g. a transpose: save the tensor it views), EM_ERR_IO (the file cannot be
+ *  written), EM_ERR_NOMEM, and whatever em_tensor_to_data reports. */
 em_status em_safetensors_save(const char *path, const char *const *names,
                               const em_tensor *const *tensors, size_t n);
 
@@ -108,7 +119,17 @@ em_status em_safetensors_load(const char *path, em_device dev, em_tensor_map **o
  *  non-integer dimension, an element count that overflows, offsets out of range, reversed,
  *  not matching shape x dtype size or overlapping another tensor's, duplicate names, a
  *  "__metadata__" that is not an object of strings. Bool bytes other than 0 are read as 1.
- *  Other errors: EM_ERR_ARG (NULL out, NULL data with len > 0), EM_ERR_DEVICE, EM_ERR_NOMEM. */
+ *  A quantized tensor (em_safetensors_save's "ember.quant.<name>" metadata) is made with its
+ *  scheme (em_tensor_from_quantized), after checks that are each EM_ERR_IO with the reason: the
+ *  value not a JSON object, an unknown scheme, keys missing or extra for the scheme, a
+ *  scale_dtype other than "f32" / "f16", a per-tensor scale not finite and > 0 as an f32, a
+ *  zero point that is not an integer in the storage's range, a shape that is not at most 8
+ *  non-negative integers or that the scheme cannot hold (a block kind's last dim not a
+ *  multiple of 32), the entry not "U8" of rank 1, its byte count not the layout's size for the
+ *  shape, a key naming no tensor or one tensor twice, a per-tensor value outside its storage's
+ *  range (q8 symmetric [-127, 127], q4 [-8, 7]). Block scales are taken as given (NaN too).
+ *  A file without such keys loads as before. Other errors: EM_ERR_ARG (NULL out, NULL data
+ *  with len > 0), EM_ERR_DEVICE, EM_ERR_NOMEM. */
 em_status em_safetensors_load_buffer(const void *data, size_t len, em_device dev,
                                      em_tensor_map **out);
 

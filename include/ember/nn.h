@@ -63,8 +63,36 @@ em_status em_params_save(const em_params *p, const char *path);
  *  tracked leaves stay the same leaves). Strict: the file must hold exactly the set's names,
  *  each with its tensor's shape and dtype; EM_ERR_IO (a missing or extra tensor, an unreadable
  *  file), EM_ERR_SHAPE, EM_ERR_DTYPE; on error nothing is assigned unless moving a tensor to
- *  its device fails midway. */
+ *  its device fails midway. Quantized tensors (em_params_quantize): a quantized tensor of the
+ *  file replaces the slot's tensor (moved to its device) when the shapes match, whether the
+ *  slot holds a float tensor (a freshly built model loads a quantized file) or a quantized one
+ *  of any scheme; a float tensor of the file for a slot that holds a quantized one is
+ *  EM_ERR_DTYPE. */
 em_status em_params_load(const em_params *p, const char *path);
+
+/** Post-training quantization, in place: each entry that is a linear weight gets, in its slot,
+ *  its tensor quantized with scheme (em_quantize_as; the scales come from the weight), and the
+ *  float tensor is released. A linear weight is an entry whose name is "weight" or ends in
+ *  ".weight", whose tensor is a 2-d float tensor ([out, in], as em_nn_linear's) and, for the
+ *  block kinds, whose `in` is a multiple of EM_QBLOCK (its blocks run along `in`, the form
+ *  em_matmul's x @ W^T runs fast); other entries (biases, norms, convolutions' 4-d weights,
+ *  a weight whose `in` is not a multiple of 32) stay as they are, and so do the names in skip
+ *  (NULL, or a NULL-terminated list of entry names: an Embedding's weight, which is 2-d too
+ *  but is looked up, not multiplied, belongs there). *n_quantized (may be NULL) gets the
+ *  number of entries quantized.
+ *  The modules holding the slots see the quantized weight (em_nn_linear's forward multiplies
+ *  by it: y = x W^T + b with W dequantized in effect, x's rows quantized to int8 on the fly
+ *  for the int8 product, see em_matmul); it is a constant from then on: no gradient reaches
+ *  it (gradients still flow to x and to the float parameters), optimizers skip it, the set
+ *  initializers (em_init_*) leave it alone, em_params_save / em_module_save write it with its
+ *  scheme (io.h) and em_params_load / em_module_load read it back. A tensor shared with a
+ *  slot outside the set (weight tying) stays float there. Quantize after training; an
+ *  optimizer made before keeps working on the remaining float parameters.
+ *  Errors: EM_ERR_ARG (NULL p or scheme), EM_ERR_DTYPE (a scheme that is not one of
+ *  em_quant_kind's storage / kind pairs), the errors of em_quantize_as with the entry named
+ *  (EM_ERR_ARG for a non-finite weight); on error no slot is changed. */
+em_status em_params_quantize(em_params *p, const em_quant_scheme *scheme,
+                             const char *const *skip, size_t *n_quantized);
 
 /* ======================================================================================
  * 2. Module options and initialization
@@ -213,7 +241,10 @@ void em_module_release(em_module *m);
 /* ---- ember's layers ---- */
 
 /** y = x W^T + b: weight [out, in], bias [out] (when bias). x [..., in]. EM_ERR_ARG for
- *  sizes < 1, a non-float dtype or NULL out. */
+ *  sizes < 1, a non-float dtype or NULL out. The weight may be replaced by a quantized
+ *  [out, in] tensor (em_params_quantize, or em_module_set; block kinds with their blocks along
+ *  `in`, the fast form): the forward then runs em_matmul's float @ quantized product, y has
+ *  x's dtype, gradients flow to x and the bias, and the weight is a constant. */
 em_status em_nn_linear(int64_t in_features, int64_t out_features, bool bias,
                        em_module_opts *opts, em_module **out);
 /** A square-kernel convolution: weight [out_ch, in_ch, k, k], bias [out_ch]; x [N, in_ch, H, W]. */
@@ -309,14 +340,15 @@ em_status em_sequential_set_checkpoint(em_module *seq, int every);
 em_status em_nn_residual(em_module *body, em_module **out);
 
 /** Re-initializes every weight of params (entries whose name ends in "weight" and that have
- *  rank >= 2) with xavier_uniform from seed, and every "bias" with zeros. */
+ *  rank >= 2) with xavier_uniform from seed, and every "bias" with zeros. Quantized entries
+ *  (em_params_quantize) are left as they are. */
 em_status em_init_xavier_uniform(const em_params *params, uint64_t seed);
 
 /** Initialization in place (em_tensor_assign: a tracked parameter stays the same leaf), from
  *  ember's Philox (em_rand_*): one seed gives the same values on every device. The set
- *  versions initialize every entry, entry i with a seed derived from seed and i, and name the
- *  entry in errors. EM_ERR_ARG for NULL or a bad number (named), EM_ERR_DTYPE for a tensor
- *  that is not float. */
+ *  versions initialize every entry but the quantized ones (em_params_quantize: constants),
+ *  entry i with a seed derived from seed and i, and name the entry in errors. EM_ERR_ARG for
+ *  NULL or a bad number (named), EM_ERR_DTYPE for a tensor that is not float. */
 /** t ~ N(mean, std^2) (torch.nn.init.normal_); std >= 0. */
 em_status em_init_tensor_normal(em_tensor *t, double mean, double std, uint64_t seed);
 /** torch.nn.init.trunc_normal_: N(mean, std^2) restricted to [a, b] (std > 0, a < b), drawn
@@ -420,7 +452,8 @@ em_status em_optimizer_adam(const em_params *params, double lr, double beta1, do
 /** AdamW as torch.optim.AdamW (decoupled: p *= 1 - lr wd before the Adam update). */
 em_status em_optimizer_adamw(const em_params *params, double lr, double beta1, double beta2,
                              double eps, double weight_decay, em_optimizer **out);
-/** Updates every parameter that has a gradient in g (others are skipped) in place with
+/** Updates every parameter that has a gradient in g (others are skipped: among them the
+ *  quantized ones, constants after em_params_quantize) in place with
  *  em_tensor_assign, each gradient multiplied by grad_scale first (1 for none; the scale
  *  em_clip_grad_norm gives). EM_ERR_ARG for NULL opt or g or a non-finite grad_scale; the
  *  errors of the ops otherwise.

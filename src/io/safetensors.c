@@ -12,6 +12,12 @@
  * (a pipe). The map keeps its tensors in header order plus an index sorted by name, so that a
  * lookup is a binary search.
  *
+ * Quantized tensors (ember.h's em_quant_kind) have no safetensors dtype: a quantized tensor is
+ * stored as its bytes in the scheme's contiguous layout, dtype "U8", shape [bytes], and its
+ * scheme and shape in the metadata under "ember.quant.<name>" (a JSON object in a string, as
+ * the format's metadata holds strings only; io.h and docs/quantization.md). Loading checks that
+ * object as hostile input before the tensor is made.
+ *
  * The same reader and writer work on raw bytes for the formats built on safetensors (a captured
  * graph's file): safetensors_internal.h.
  *
@@ -528,6 +534,231 @@ done:
     return EM_OK;
 }
 
+/* ---- quantized tensors: the "ember.quant.<name>" metadata ------------------------------------ */
+
+#define ST_QUANT_PREFIX "ember.quant."
+#define ST_QUANT_PREFIX_LEN (sizeof ST_QUANT_PREFIX - 1)
+
+static const struct {
+    const char *name;
+    em_dtype storage;
+    em_quant_kind kind;
+} st_schemes[] = {
+    {"q8_affine", EM_Q8, EM_QK_AFFINE}, {"q4_affine", EM_Q4, EM_QK_AFFINE},
+    {"q8_symmetric", EM_Q8, EM_QK_SYMMETRIC}, {"q8_block", EM_Q8, EM_QK_BLOCK},
+    {"q4_block", EM_Q4, EM_QK_BLOCK}, {"q4_block_min", EM_Q4, EM_QK_BLOCK_MIN},
+};
+#define ST_NSCHEMES (sizeof st_schemes / sizeof st_schemes[0])
+
+static bool st_block_kind(em_quant_kind k) { return k == EM_QK_BLOCK || k == EM_QK_BLOCK_MIN; }
+
+static const char *st_scheme_name(const em_quant_scheme *sc) {
+    for (size_t i = 0; i < ST_NSCHEMES; i++)
+        if (st_schemes[i].storage == sc->storage && st_schemes[i].kind == sc->kind)
+            return st_schemes[i].name;
+    return NULL;
+}
+
+/* The metadata value that describes a quantized tensor of scheme sc and shape [rank]:
+ * {"scheme": "q4_block_min", "scale_dtype": "f16", "shape": [256, 784]} for a block kind,
+ * {"scheme": "q8_affine", "scale": 0.0123, "zero_point": -3, "shape": [...]} for a per-tensor
+ * one ("zero_point" for affine only). A new string (cJSON_free), or NULL out of memory. */
+static char *st_quant_describe(const em_quant_scheme *sc, const int64_t *shape, int rank) {
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o != NULL && cJSON_AddStringToObject(o, "scheme", st_scheme_name(sc)) != NULL;
+    if (ok && st_block_kind(sc->kind))
+        ok = cJSON_AddStringToObject(o, "scale_dtype", sc->scale_dtype == EM_F16 ? "f16"
+                                                                                 : "f32") != NULL;
+    if (ok && !st_block_kind(sc->kind)) {
+        ok = cJSON_AddNumberToObject(o, "scale", (double)sc->scale) != NULL;
+        if (ok && sc->kind == EM_QK_AFFINE)
+            ok = cJSON_AddNumberToObject(o, "zero_point", (double)sc->zero_point) != NULL;
+    }
+    cJSON *sh = ok ? cJSON_AddArrayToObject(o, "shape") : NULL;
+    ok = ok && sh != NULL;
+    for (int d = 0; ok && d < rank; d++) {
+        cJSON *v = cJSON_CreateNumber((double)shape[d]);
+        ok = v != NULL;
+        if (ok) cJSON_AddItemToArray(sh, v);
+    }
+    char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return text;
+}
+
+/* A quantized tensor described by the metadata, validated: its scheme and shape. */
+typedef struct st_quant {
+    bool present;
+    em_quant_scheme scheme;
+    int rank;
+    int64_t shape[EM_MAX_RANK];
+} st_quant;
+
+/* Parses the metadata value v of tensor e (key "ember.quant.<e->name>") into *q; every field is
+ * checked (the file is untrusted): a JSON object with exactly the keys its scheme uses, a known
+ * scheme, the scale dtype of a block kind, a finite positive scale and a zero point in the
+ * storage's range for a per-tensor kind, a shape of rank <= 8 whose layout is the entry's byte
+ * count, the entry itself "U8" of rank 1. */
+static em_status st_quant_parse(const st_ctx *ctx, const st_entry *e, const char *v,
+                                st_quant *q) {
+    const char *name = e->name;
+    memset(q, 0, sizeof *q);
+    cJSON *o = cJSON_ParseWithOpts(v, NULL, true); /* all of v, NUL-terminated */
+    em_status s = EM_OK;
+    const char *why = NULL;
+    char buf[160];
+    if (o == NULL || !cJSON_IsObject(o)) {
+        why = "is not a JSON object";
+        goto done;
+    }
+    const cJSON *scheme = cJSON_GetObjectItemCaseSensitive(o, "scheme");
+    const cJSON *sdt = cJSON_GetObjectItemCaseSensitive(o, "scale_dtype");
+    const cJSON *scale = cJSON_GetObjectItemCaseSensitive(o, "scale");
+    const cJSON *zp = cJSON_GetObjectItemCaseSensitive(o, "zero_point");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape");
+    if (!cJSON_IsString(scheme) || scheme->valuestring == NULL) {
+        why = "has no string \"scheme\"";
+        goto done;
+    }
+    bool known = false;
+    for (size_t i = 0; i < ST_NSCHEMES; i++)
+        if (strcmp(scheme->valuestring, st_schemes[i].name) == 0) {
+            q->scheme.storage = st_schemes[i].storage;
+            q->scheme.kind = st_schemes[i].kind;
+            known = true;
+        }
+    if (!known) {
+        snprintf(buf, sizeof buf, "has an unknown scheme \"%.32s\" (q8_affine, q4_affine, "
+                 "q8_symmetric, q8_block, q4_block, q4_block_min)", scheme->valuestring);
+        why = buf;
+        goto done;
+    }
+    const bool block = st_block_kind(q->scheme.kind), affine = q->scheme.kind == EM_QK_AFFINE;
+    size_t want_keys = 2 + (block ? 1 : 1 + (affine ? 1 : 0));
+    if ((size_t)cJSON_GetArraySize(o) != want_keys ||
+        (block && (scale != NULL || zp != NULL || sdt == NULL)) ||
+        (!block && (sdt != NULL || scale == NULL || (affine != (zp != NULL)))) ||
+        shape == NULL) {
+        snprintf(buf, sizeof buf, "does not have the keys of scheme %s (%s)",
+                 scheme->valuestring,
+                 block ? "scheme, scale_dtype, shape"
+                 : affine ? "scheme, scale, zero_point, shape" : "scheme, scale, shape");
+        why = buf;
+        goto done;
+    }
+    if (block) {
+        if (!cJSON_IsString(sdt) || sdt->valuestring == NULL ||
+            (strcmp(sdt->valuestring, "f32") != 0 && strcmp(sdt->valuestring, "f16") != 0)) {
+            why = "has a \"scale_dtype\" that is not \"f32\" or \"f16\"";
+            goto done;
+        }
+        q->scheme.scale_dtype = strcmp(sdt->valuestring, "f16") == 0 ? EM_F16 : EM_F32;
+    } else {
+        double d = cJSON_IsNumber(scale) ? scale->valuedouble : NAN;
+        float f = (float)d;
+        if (!(isfinite(d) && d > 0 && isfinite(f) && f > 0)) {
+            why = "has a \"scale\" that is not a finite number > 0 (as an f32)";
+            goto done;
+        }
+        q->scheme.scale = f;
+        if (affine) {
+            double lo = q->scheme.storage == EM_Q8 ? -128 : -8,
+                   hi = q->scheme.storage == EM_Q8 ? 127 : 7;
+            double z = cJSON_IsNumber(zp) ? zp->valuedouble : NAN;
+            if (!(z >= lo && z <= hi && z == floor(z))) {
+                snprintf(buf, sizeof buf, "has a \"zero_point\" that is not an integer in "
+                         "[%g, %g]", lo, hi);
+                why = buf;
+                goto done;
+            }
+            q->scheme.zero_point = (int32_t)z;
+        }
+    }
+    if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) > EM_MAX_RANK) {
+        why = "has a \"shape\" that is not an array of at most 8 dims";
+        goto done;
+    }
+    for (const cJSON *d = shape->child; d != NULL; d = d->next) {
+        uint64_t dim;
+        if (!json_uint(d, &dim)) {
+            why = "has a \"shape\" dim that is not a non-negative integer";
+            goto done;
+        }
+        q->shape[q->rank++] = (int64_t)dim;
+    }
+    if (e->dt != EM_U8 || e->rank != 1) {
+        why = "describes a tensor whose entry is not \"U8\" of rank 1 (the bytes of its layout)";
+        goto done;
+    }
+    size_t nbytes = 0;
+    if (em_quant_nbytes(&q->scheme, q->shape, q->rank, &nbytes) != EM_OK) {
+        snprintf(buf, sizeof buf, "has a shape that scheme %s cannot hold: %.100s",
+                 scheme->valuestring, em_last_error());
+        why = buf;
+        goto done;
+    }
+    if ((uint64_t)nbytes != e->end - e->begin) {
+        snprintf(buf, sizeof buf, "needs %zu bytes for its shape, the entry holds %llu", nbytes,
+                 (unsigned long long)(e->end - e->begin));
+        why = buf;
+        goto done;
+    }
+    q->present = true;
+done:
+    if (why != NULL)
+        s = ST_FAIL(ctx, "tensor \"%s\": __metadata__ \"" ST_QUANT_PREFIX "%s\" %s", name, name,
+                    why);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* Reads every "ember.quant.<name>" key of h's metadata into quant[i] for the entry i it names
+ * (quant: h->count zeroed entries). A key that names no tensor, or a tensor twice, is refused. */
+static em_status st_quant_read(const st_ctx *ctx, const st_header *h, st_quant *quant) {
+    if (h->meta == NULL) return EM_OK;
+    for (const cJSON *kv = h->meta->child; kv != NULL; kv = kv->next) {
+        const char *key = kv->string;
+        if (key == NULL || strncmp(key, ST_QUANT_PREFIX, ST_QUANT_PREFIX_LEN) != 0) continue;
+        const char *name = key + ST_QUANT_PREFIX_LEN;
+        size_t lo = 0, hi = h->count, at = SIZE_MAX; /* binary search of by_name */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2, i = h->by_name[mid];
+            int c = strcmp(name, h->entries[i].name);
+            if (c == 0) {
+                at = i;
+                break;
+            }
+            if (c < 0) hi = mid;
+            else lo = mid + 1;
+        }
+        if (at == SIZE_MAX)
+            return ST_FAIL(ctx, "__metadata__ \"%.200s\" describes a quantized tensor that the "
+                           "file does not have", key);
+        if (quant[at].present)
+            return ST_FAIL(ctx, "tensor \"%s\": __metadata__ \"%.200s\" given twice", name, key);
+        em_status s = st_quant_parse(ctx, &h->entries[at], kv->valuestring, &quant[at]);
+        if (s != EM_OK) return s;
+    }
+    return EM_OK;
+}
+
+/* The per-tensor kinds hold one integer per byte: each must be in the storage's range (q8
+ * symmetric [-127, 127], q4 [-8, 7]; q8 affine takes every byte). */
+static em_status st_quant_check_values(const st_ctx *ctx, const char *name, const st_quant *q,
+                                       const uint8_t *p, size_t n) {
+    int lo = -128, hi = 127;
+    if (q->scheme.kind == EM_QK_SYMMETRIC) lo = -127;
+    else if (q->scheme.kind == EM_QK_AFFINE && q->scheme.storage == EM_Q4) lo = -8, hi = 7;
+    else return EM_OK;
+    for (size_t i = 0; i < n; i++) {
+        int v = (int)(int8_t)p[i];
+        if (v < lo || v > hi)
+            return ST_FAIL(ctx, "tensor \"%s\": quantized value %d at element %zu is outside "
+                           "[%d, %d]", name, v, i, lo, hi);
+    }
+    return EM_OK;
+}
+
 static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_device dev,
                           em_tensor_map **out) {
     st_header h;
@@ -535,11 +766,18 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
     if (s != EM_OK) return s;
     const size_t count = h.count;
     uint8_t *tmp = NULL;
+    st_quant *quant = NULL;
     em_tensor_map *m = calloc(1, sizeof *m);
     if (m == NULL) {
         s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
         goto done;
     }
+    quant = calloc(count ? count : 1, sizeof *quant);
+    if (quant == NULL) {
+        s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", ctx->fn);
+        goto done;
+    }
+    if ((s = st_quant_read(ctx, &h, quant)) != EM_OK) goto done;
     m->by_name = h.by_name; /* the map's index */
     h.by_name = NULL;
 
@@ -556,6 +794,24 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
         size_t bytes = (size_t)(e->end - e->begin), esize = em_dtype_size(e->dt);
         const uint8_t *src = h.data + e->begin;
         const void *p = src;
+        em_tensor *t = NULL;
+        if (quant[i].present) {
+            /* the layout's own bytes (little-endian scales): no swap, any alignment */
+            const st_quant *q = &quant[i];
+            s = st_quant_check_values(ctx, e->name, q, src, bytes);
+            if (s == EM_OK)
+                s = em_tensor_from_quantized(bytes ? (const void *)src : (const void *)"", bytes,
+                                             &q->scheme, q->rank ? q->shape : NULL, q->rank, dev,
+                                             &t);
+            if (s != EM_OK && s != EM_ERR_NOMEM && s != EM_ERR_DEVICE && s != EM_ERR_IO) {
+                char why[256];
+                snprintf(why, sizeof why, "%s", em_last_error());
+                s = ST_FAIL(ctx, "tensor \"%s\": the quantized tensor cannot be made: %s",
+                            e->name, why);
+            }
+            if (s != EM_OK) goto done;
+            goto made;
+        }
         if (bytes > 0 && (swap || e->dt == EM_BOOL || ((uintptr_t)src % esize) != 0)) {
             tmp = malloc(bytes);
             if (tmp == NULL) {
@@ -571,11 +827,11 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
         }
         static const uint8_t empty[8];
         if (bytes == 0) p = empty;
-        em_tensor *t = NULL;
         s = em_tensor_from_data(p, e->dt, e->rank ? e->shape : NULL, e->rank, dev, &t);
         free(tmp);
         tmp = NULL;
         if (s != EM_OK) goto done;
+    made:
         if (ctx->mapped && bytes > 0) drop_pages(src, bytes);
         em_scope_escape(t); /* the map's, not an open tensor scope's */
         m->tensors[m->n] = t;
@@ -588,6 +844,7 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
     }
 done:
     free(tmp);
+    free(quant);
     st_header_free(&h);
     if (s != EM_OK) {
         em_tensor_map_release(m);
@@ -911,13 +1168,16 @@ done:
 typedef struct st_emit_tensors {
     const char *fn;
     const em_tensor *const *tensors;
+    const struct st_put *puts;
 } st_emit_tensors;
 
 static em_status st_emit_tensor(void *arg, size_t i, FILE *f, bool *ok) {
     const st_emit_tensors *a = arg;
     const em_tensor *t = a->tensors[i];
-    size_t esize = em_dtype_size(em_tensor_dtype(t));
-    size_t bytes = (size_t)em_tensor_numel(t) * esize;
+    /* a quantized tensor: its layout's bytes as they are (its scales are little-endian) */
+    bool quantized = em_tensor_kind(t) == EM_KIND_QUANTIZED;
+    size_t esize = quantized ? 1 : em_dtype_size(em_tensor_dtype(t));
+    size_t bytes = quantized ? (size_t)a->puts[i].bytes : (size_t)em_tensor_numel(t) * esize;
     if (bytes == 0) return EM_OK;
     uint8_t *buf = malloc(bytes);
     if (buf == NULL) return em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", a->fn);
@@ -951,6 +1211,21 @@ em_status em_safetensors_save(const char *path, const char *const *names,
         if (!emi_utf8_check((const uint8_t *)names[i], strlen(names[i]), &at, why, sizeof why))
             return em_backend_set_error(EM_ERR_ARG, "%s: names[%zu] is not valid UTF-8: %s at "
                                         "byte %zu", fn, i, why, at);
+        if (em_tensor_kind(tensors[i]) == EM_KIND_QUANTIZED) {
+            em_quant_scheme sc;
+            em_status qs = em_tensor_scheme(tensors[i], &sc);
+            if (qs != EM_OK) return qs;
+            if (st_scheme_name(&sc) == NULL)
+                return em_backend_set_error(EM_ERR_DTYPE, "%s: tensor \"%s\": its scheme "
+                                            "(storage %s, kind %d) has no name in the file "
+                                            "format", fn, names[i], em_dtype_name(sc.storage),
+                                            (int)sc.kind);
+            if (st_block_kind(sc.kind) && sc.axis != em_tensor_rank(tensors[i]) - 1)
+                return em_backend_set_error(EM_ERR_UNSUPPORTED, "%s: tensor \"%s\": a view "
+                                            "whose blocks run along dim %d, not the last: save "
+                                            "the tensor it views", fn, names[i], (int)sc.axis);
+            continue;
+        }
         if (st_dtype_name(em_tensor_dtype(tensors[i])) == NULL)
             return em_backend_set_error(EM_ERR_DTYPE, "%s: tensor \"%s\": dtype %s cannot be "
                                         "saved", fn, names[i],
@@ -972,14 +1247,52 @@ em_status em_safetensors_save(const char *path, const char *const *names,
         free(sorted);
     }
     st_put *puts = calloc(n ? n : 1, sizeof *puts);
-    if (puts == NULL) return em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
-    for (size_t i = 0; i < n; i++) {
+    int64_t *qbytes = calloc(n ? n : 1, sizeof *qbytes); /* the 1-d shape of a quantized one */
+    char **meta = calloc(2 * (n ? n : 1), sizeof *meta);  /* its key and value */
+    size_t nmeta = 0;
+    em_status s = puts && qbytes && meta
+                      ? EM_OK
+                      : em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+    for (size_t i = 0; s == EM_OK && i < n; i++) {
         const em_tensor *t = tensors[i];
-        puts[i] = (st_put){names[i], em_tensor_dtype(t), em_tensor_rank(t), em_tensor_shape(t),
-                           (uint64_t)em_tensor_numel(t) * em_dtype_size(em_tensor_dtype(t))};
+        if (em_tensor_kind(t) != EM_KIND_QUANTIZED) {
+            puts[i] = (st_put){names[i], em_tensor_dtype(t), em_tensor_rank(t),
+                               em_tensor_shape(t),
+                               (uint64_t)em_tensor_numel(t) * em_dtype_size(em_tensor_dtype(t))};
+            continue;
+        }
+        em_quant_scheme sc;
+        size_t nb = 0;
+        s = em_tensor_scheme(t, &sc);
+        if (s == EM_OK) s = em_quant_nbytes(&sc, em_tensor_shape(t), em_tensor_rank(t), &nb);
+        if (s != EM_OK) break;
+        qbytes[i] = (int64_t)nb;
+        puts[i] = (st_put){names[i], EM_U8, 1, &qbytes[i], (uint64_t)nb};
+        size_t len = strlen(names[i]);
+        char *key = malloc(ST_QUANT_PREFIX_LEN + len + 1);
+        char *val = st_quant_describe(&sc, em_tensor_shape(t), em_tensor_rank(t));
+        if (key == NULL || val == NULL) {
+            free(key);
+            cJSON_free(val);
+            s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+            break;
+        }
+        memcpy(key, ST_QUANT_PREFIX, ST_QUANT_PREFIX_LEN);
+        memcpy(key + ST_QUANT_PREFIX_LEN, names[i], len + 1);
+        meta[2 * nmeta] = key;
+        meta[2 * nmeta + 1] = val;
+        nmeta++;
     }
-    st_emit_tensors arg = {fn, tensors};
-    em_status s = st_write(fn, path, puts, n, NULL, 0, false, st_emit_tensor, &arg);
+    st_emit_tensors arg = {fn, tensors, puts};
+    if (s == EM_OK)
+        s = st_write(fn, path, puts, n, (const char *const *)meta, nmeta, false, st_emit_tensor,
+                     &arg);
+    for (size_t k = 0; meta && k < nmeta; k++) {
+        free(meta[2 * k]);
+        cJSON_free(meta[2 * k + 1]);
+    }
+    free(meta);
+    free(qbytes);
     free(puts);
     return s;
 }

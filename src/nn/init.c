@@ -144,6 +144,7 @@ static em_status nn_init_all(const char *fn, const em_params *params, nn_init_ki
     size_t n = em_params_count(params);
     for (size_t i = 0; i < n; i++) {
         em_tensor *t = em_params_get(params, i);
+        if (em_tensor_kind(t) == EM_KIND_QUANTIZED) continue; /* a constant (em_params_quantize) */
         em_status s = k == NN_I_NORMAL ? em_init_tensor_normal(t, mean, std, nn_derive(seed, i))
                       : k == NN_I_TRUNC
                           ? em_init_tensor_trunc_normal(t, mean, std, a, b, nn_derive(seed, i))

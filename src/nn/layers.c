@@ -146,6 +146,8 @@ static em_status linear_forward(em_module *self, const em_tensor *x, bool traini
     NN_TRY(nn_expect(x, 1, EM_MAX_RANK, -1, d->in, "[..., in_features]"));
     em_tensor *w = em_module_get(self, "weight"), *b = em_module_get(self, "bias");
     em_tensor *wt = NULL, *xw = NULL;
+    /* a quantized weight (em_params_quantize) too: W^T is a view whose blocks run along the
+     * reduction, the form em_matmul multiplies without a dequantized copy */
     em_status s = em_transpose(w, 0, 1, &wt);
     if (s == EM_OK) s = em_matmul(x, wt, &xw);
     em_tensor_release(wt);
@@ -657,6 +659,7 @@ em_status em_init_xavier_uniform(const em_params *params, uint64_t seed) {
     for (size_t i = 0; i < n; i++) {
         const char *name = em_params_name(params, i);
         em_tensor *t = em_params_get(params, i);
+        if (em_tensor_kind(t) == EM_KIND_QUANTIZED) continue; /* a constant (em_params_quantize) */
         int rank = em_tensor_rank(t);
         const int64_t *shape = em_tensor_shape(t);
         em_device inner = em_tensor_device(t);

@@ -192,7 +192,9 @@ em_status em_optimizer_sgd(const em_params *params, double lr, double momentum,
      * the d that a first step takes. */
     for (size_t i = 0; i < o->n && momentum != 0; i++) {
         const em_tensor *p = *o->slots[i];
-        if (!p || em_tensor_device(p).backend != EM_BACKEND_CAPTURE) continue;
+        if (!p || em_tensor_device(p).backend != EM_BACKEND_CAPTURE ||
+            em_tensor_kind(p) == EM_KIND_QUANTIZED)
+            continue;
         em_device d = em_tensor_device(p);
         d.autodiff = false;
         d.checkpointing = EM_CKPT_NONE;
@@ -222,7 +224,8 @@ static em_device nn_inner(const em_tensor *p) {
  * tensor at each run and advances it (src/wire/adam.c). Nothing for other devices. */
 static em_status nn_adam_capture_state(em_optimizer *o, size_t i) {
     const em_tensor *p = *o->slots[i];
-    if (o->kind == NN_SGD || !p || em_tensor_device(p).backend != EM_BACKEND_CAPTURE)
+    if (o->kind == NN_SGD || !p || em_tensor_device(p).backend != EM_BACKEND_CAPTURE ||
+        em_tensor_kind(p) == EM_KIND_QUANTIZED)
         return EM_OK;
     const em_device d = nn_inner(p);
     em_status s = EM_OK;
@@ -481,7 +484,8 @@ static em_status nn_optimizer_step(em_optimizer *opt, const em_grads *g, double 
                                     grad_scale);
     for (size_t i = 0; i < opt->n; i++) {
         em_tensor *param = *opt->slots[i];
-        if (!param) continue;
+        /* a quantized parameter (em_params_quantize) is a constant: it has no gradient */
+        if (!param || em_tensor_kind(param) == EM_KIND_QUANTIZED) continue;
         em_tensor *gr = NULL, *p = NULL, *np = NULL;
         em_status s = em_grads_get(g, param, &gr);
         if (s != EM_OK) return s;

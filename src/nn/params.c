@@ -131,10 +131,28 @@ em_status em_params_load(const em_params *st, const char *path) {
             if (!same)
                 s = em_backend_set_error(EM_ERR_SHAPE, "%s: '%s' in %s has another shape than "
                                          "the set's", fn, name, path);
-            else if (em_tensor_dtype(src) != em_tensor_dtype(dst))
-                s = em_backend_set_error(EM_ERR_DTYPE, "%s: '%s' in %s is %s, the set's is %s",
+            else if (em_tensor_kind(src) == EM_KIND_QUANTIZED) {
+                /* a quantized weight replaces the slot's tensor: a constant, no leaf to keep */
+                if (pass == 1) {
+                    em_tensor *moved = NULL;
+                    em_device dd = em_tensor_device(dst);
+                    s = em_to_device(src, dd, &moved);
+                    if (s == EM_OK) {
+                        em_tensor **slot = em_params_slot(st, i);
+                        em_tensor_release(*slot);
+                        *slot = moved;
+                        em_scope_escape(moved); /* the module's, not an open scope's */
+                    }
+                }
+            } else if (em_tensor_dtype(src) != em_tensor_dtype(dst))
+                s = em_backend_set_error(EM_ERR_DTYPE, "%s: '%s' in %s is %s, the set's is %s%s",
                                          fn, name, path, em_dtype_name(em_tensor_dtype(src)),
-                                         em_dtype_name(em_tensor_dtype(dst)));
+                                         em_dtype_name(em_tensor_dtype(dst)),
+                                         em_tensor_kind(dst) == EM_KIND_QUANTIZED
+                                             ? " (quantized: load a file with it quantized, "
+                                               "or load the float file before "
+                                               "em_params_quantize)"
+                                             : "");
             else if (pass == 1) {
                 em_device dd = em_tensor_device(dst), sd = em_tensor_device(src);
                 dd.autodiff = false;

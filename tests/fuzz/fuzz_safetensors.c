@@ -3,7 +3,9 @@
  * Any input must give EM_OK (and a map whose tensors can be read back) or a status with a
  * message; never a crash, a leak or undefined behaviour. A map that loads must hold names that
  * are valid UTF-8 (checked here by a decoder of its own, not the library's) and that each find
- * a tensor of their own. Seeds: tests/fuzz/corpus/safetensors.
+ * a tensor of their own. A quantized tensor (the "ember.quant.<name>" metadata) must report a
+ * scheme, give back its layout's bytes and dequantize. Seeds: tests/fuzz/corpus/safetensors
+ * (quant_*.safetensors: quantized tensors of every scheme, written by em_safetensors_save).
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -58,10 +60,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (seen[j] == t) abort(); /* two names, one tensor: a duplicate got through */
         seen[i] = t;
         size_t bytes = (size_t)em_tensor_numel(t) * em_dtype_size(em_tensor_dtype(t));
+        bool quantized = em_tensor_kind(t) == EM_KIND_QUANTIZED;
+        if (quantized) {
+            em_quant_scheme sc;
+            if (em_tensor_scheme(t, &sc) != EM_OK ||
+                em_quant_nbytes(&sc, em_tensor_shape(t), em_tensor_rank(t), &bytes) != EM_OK)
+                abort();
+        }
         if (bytes <= ((size_t)1 << 20)) {
             void *buf = malloc(bytes ? bytes : 1);
             if (buf != NULL && em_tensor_to_data(t, buf, bytes) != EM_OK) abort();
             free(buf);
+            em_tensor *d = NULL;
+            if (quantized && em_dequantize(t, &d) != EM_OK) abort();
+            em_tensor_release(d);
         }
     }
     for (size_t i = 0; i < n; i++) em_tensor_release(seen[i]);
