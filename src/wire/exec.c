@@ -84,9 +84,9 @@ typedef struct rs_rule {
     bool in_place;     /* elementwise: an output may be exactly one of the inputs */
     bool strided_out;  /* copy: the output may be any view */
     bool contig_in;    /* inputs contiguous whatever the backend's caps (layer_norm) */
-    bool any_in;       /* inputs go as they are whatever the caps (the quantized slots take
-                        * any valid view, and a block view cannot be copied as elements) */
 } rs_rule;
+/* The quantized slots' inputs go to the kernel as they are, whatever the caps: the slots take
+ * any valid view, and a block view cannot be copied element by element. */
 
 #define O V_OUT
 #define I V_IN
@@ -132,11 +132,10 @@ static const rs_rule rs_rules[RW_K_COUNT] = {
     [RW_K_CUMULATIVE] = {{O, O, I}, {K_ANY, K_ANY, K_ANY}, {D_REF, D_I64, D_REF}, 2, 2, false,
                          false, false},
     /* the exact dtypes depend on the schemes: rs_check_quant */
-    [RW_K_QUANTIZE] = {{O, I}, {K_QUANT, K_FLOAT}, {D_ANY, D_ANY}, 1, 0, false, false, false, true},
-    [RW_K_DEQUANTIZE] = {{O, I}, {K_FLOAT, K_QUANT}, {D_ANY, D_ANY}, 1, 0, false, false, false,
-                         true},
+    [RW_K_QUANTIZE] = {{O, I}, {K_QUANT, K_FLOAT}, {D_ANY, D_ANY}, 1, 0, false, false, false},
+    [RW_K_DEQUANTIZE] = {{O, I}, {K_FLOAT, K_QUANT}, {D_ANY, D_ANY}, 1, 0, false, false, false},
     [RW_K_QMATMUL] = {{O, I, I}, {K_FLOAT, K_FQ, K_QUANT}, {D_ANY, D_ANY, D_ANY}, 2, 0, false,
-                      false, false, true},
+                      false, false},
 #define F8 {K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT, K_FLOAT}
 #define R8 {D_REF, D_REF, D_REF, D_REF, D_REF, D_REF, D_REF, D_REF}
     [RW_K_BATCH_NORM] = {{O, O, O, I, I, I, V_INOUT, V_INOUT}, F8, R8, 3, 0, false, false, true},
@@ -1211,7 +1210,7 @@ em_status rs_resolve_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn,
     if (s == EM_OK) s = rs_check_outputs(&c, &r, v, blo, bhi);
     if (s != EM_OK) return s;
     *mode = RS_DIRECT;
-    const bool strided = ((h->ops->caps & EM_CAP_STRIDED_INPUTS) && !r.contig_in) || r.any_in;
+    const bool strided = ((h->ops->caps & EM_CAP_STRIDED_INPUTS) && !r.contig_in) || rw_slot_is_quant(k->slot);
     for (int i = 0; i < RW_MAX_VIEWS && !strided && k->slot != RW_K_COPY; i++)
         if (v[i] && (r.role[i] == V_IN || r.role[i] == V_INDEX) && !rs_contiguous(v[i]))
             *mode = RS_CHECKED; /* its inputs are copied contiguous at each run */
@@ -1251,7 +1250,7 @@ em_status rs_exec_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn, cons
     /* inputs the kernel needs contiguous (a backend without EM_CAP_STRIDED_INPUTS, or a slot
      * that always does): copies; copy's own input may be any view */
     void *tmp[RW_MAX_VIEWS] = {0};
-    bool strided = ((h->ops->caps & EM_CAP_STRIDED_INPUTS) && !r.contig_in) || r.any_in;
+    bool strided = ((h->ops->caps & EM_CAP_STRIDED_INPUTS) && !r.contig_in) || rw_slot_is_quant(k->slot);
     for (int i = 0; i < RW_MAX_VIEWS && s == EM_OK && !strided && k->slot != RW_K_COPY; i++) {
         if (!v[i] || (r.role[i] != V_IN && r.role[i] != V_INDEX) || rs_contiguous(v[i])) continue;
         size_t n = (size_t)rs_numel_v(v[i]) * em_dtype_size(v[i]->dtype);
