@@ -48,6 +48,9 @@ static const bench_cmd COMMANDS[] = {
     {"graph", "[--ops 1000] [--size 8] [--rounds 7] [--device cpu]",
      "a prepared captured graph of tiny ops replayed vs the same ops run eagerly (goal <= 0.5)",
      bench_graph},
+    {"quant", "[--rounds 3] [--k 4096] [--n 4096]",
+     "cpu: x @ W^T with W in q8 / q4 blocks vs OpenBLAS sgemm (f32 W), m = 1 .. 512; int8 peak",
+     bench_quant},
 #ifdef EMBER_WITH_REMOTE /* remote (issue 7) */
     {"remote", "[--mb 64] [--rounds 5] [--ops 20000] [--device cpu]",
      "remote on loopback: round trips, pipelined ops, bulk MB/s vs raw TCP (goal >= 0.8)",
