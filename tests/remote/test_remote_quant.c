@@ -230,6 +230,16 @@ static void test_to_device_round_trip(void **state) {
         OK(em_to_device(r, cpu, &back));
         same_bytes(r, q, "cpu -> remote");
         same_bytes(back, q, "cpu -> remote -> cpu");
+        em_tensor *r2, *v, *v2;
+        OK(em_to_device(r, dev_cpu, &r2)); /* from one server to another */
+        same_bytes(r2, q, "remote -> remote");
+        em_tensor_release(r2);
+        const int fdim = 1; /* a flipped view moves as its contiguous bytes */
+        OK(em_flip(r, &fdim, 1, &v));
+        OK(em_to_device(v, cpu, &v2));
+        same_bytes(v2, v, "a flipped remote view -> cpu");
+        em_tensor_release(v);
+        em_tensor_release(v2);
         /* and from its bytes, on the remote device */
         size_t n;
         uint8_t *b = bytes_of(q, &n);
@@ -243,6 +253,44 @@ static void test_to_device_round_trip(void **state) {
     }
     OK(em_remote_sync(dev_ref));
     OK(em_remote_sync(dev_cpu));
+}
+
+/* On a server hosting ref+autodiff: the gradient of sum(x @ W^T) flows to x through the
+ * quantized weight (qmatmul's blocks-along-N form, over the wire), as on ref+autodiff. */
+static void test_autodiff_through_quantized_weight(void **state) {
+    (void)state;
+    rs_server *s;
+    rs_config cfg = {.listen = "127.0.0.1:0", .token = TOKEN, .max_bytes = 64u << 20};
+    cfg.device = (em_device){EM_BACKEND_REF, 0, true, EM_CKPT_DISABLED};
+    OK(rs_start(&cfg, &s));
+    char a[64];
+    snprintf(a, sizeof a, "127.0.0.1:%d", rs_port(s));
+    em_device rdev;
+    OK(em_remote_connect(a, TOKEN, &rdev));
+    assert_true(rdev.autodiff);
+    const em_device devs[2] = {cfg.device, rdev};
+    const int64_t ws[2] = {5, 64}, xs[2] = {3, 64};
+    em_tensor *g[2];
+    for (int d = 0; d < 2; d++) {
+        em_tensor *w = floats(ws, 2, 4, devs[d]), *x = floats(xs, 2, 5, devs[d]), *q, *qt, *y, *l;
+        OK(em_tensor_require_grad(x));
+        OK(em_quantize_as(w, &SCHEMES[5], &q)); /* q4 blocks */
+        OK(em_transpose(q, 0, 1, &qt));
+        OK(em_matmul(x, qt, &y));
+        OK(em_sum(y, &l));
+        em_grads *gr;
+        OK(em_backward(l, &gr));
+        OK(em_grads_get(gr, x, &g[d]));
+        em_grads_release(gr);
+        em_tensor *ts[] = {w, x, q, qt, y, l};
+        for (size_t k = 0; k < 6; k++) em_tensor_release(ts[k]);
+    }
+    same_bytes(g[1], g[0], "the gradient through a quantized weight");
+    em_tensor_release(g[0]);
+    em_tensor_release(g[1]);
+    OK(em_remote_disconnect(rdev));
+    assert_true(raw_wait_idle(s));
+    rs_stop(s);
 }
 
 /* ---- hostile quantized calls in raw frames ---- */
@@ -644,6 +692,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schemes_match_ref),
         cmocka_unit_test(test_to_device_round_trip),
+        cmocka_unit_test(test_autodiff_through_quantized_weight),
         cmocka_unit_test(test_hostile_quant_calls),
         cmocka_unit_test(test_capture_refuses),
     };
