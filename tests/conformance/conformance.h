@@ -57,5 +57,6 @@ extern const conf_op conf_ops_reduce[];
 extern const conf_op conf_ops_layout[];
 extern const conf_op conf_ops_nn[];
 extern const conf_op conf_ops_norm[];
+extern const conf_op conf_ops_quant[];
 
 #endif

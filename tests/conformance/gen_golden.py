@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.join(HERE, "cases"))
 
 import common  # noqa: E402
 
-FAMILIES = ["elementwise", "reduce", "layout", "nn", "norm"]
+FAMILIES = ["elementwise", "reduce", "layout", "nn", "norm", "quant"]
 DTYPE_IDS = {"f32": 0, "f64": 1, "f16": 2, "bf16": 3, "i64": 4, "i32": 5, "i16": 6, "i8": 7,
              "u8": 8, "bool": 9}
 

@@ -37,7 +37,7 @@ int conf_ints(const conf_params *p, const char *key, int64_t *out, int cap) {
 conf_fn golden_find_op(const char *name) {
     static const conf_op *const families[] = {conf_ops_elementwise, conf_ops_reduce,
                                               conf_ops_layout, conf_ops_nn,
-                                              conf_ops_norm};
+                                              conf_ops_norm, conf_ops_quant};
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
         for (const conf_op *o = families[f]; o->name; o++)
             if (strcmp(o->name, name) == 0) return o->fn;

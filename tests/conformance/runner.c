@@ -366,6 +366,17 @@ static bool recorded_composed(const char *op) {
     return false;
 }
 
+/* The quantized family (cases/quant.py) is not captured: the capture backend has no
+ * quantize slot (a per-tensor scheme's scale comes from the data, which a graph does not hold
+ * while it is recorded) and the family's wrappers read values on the host (bytes in and out).
+ * Under --capture, a case of these ops that the capture device refuses with
+ * EM_ERR_UNSUPPORTED or EM_ERR_STATE, where the case wants success or another error (another
+ * status, or this one with another message than ref's), is skipped and counted apart; error
+ * rows caught before the refusal (shapes, dtypes) are checked as any other. */
+static bool not_captured(const char *op) {
+    return strncmp(op, "quant_", 6) == 0;
+}
+
 /* The same dtypes, shapes and bits (NaNs of any payload match). */
 static bool same_bits(const run_result *a, const run_result *b, char *msg, size_t cap) {
     if (a->nout != b->nout) {
@@ -505,7 +516,7 @@ int main(int argc, char **argv) {
         snprintf(cap_file, sizeof cap_file, "%s/ember-conformance-%ld.graph",
                  tmp && *tmp ? tmp : "/tmp", (long)getpid());
     }
-    long passed = 0, failed = 0, cases = 0;
+    long passed = 0, failed = 0, cases = 0, skipped = 0; /* skipped: not_captured */
     golden_case *c = calloc(1, sizeof *c);
     if (!c) return 2;
     int lineno = 0, rc;
@@ -536,6 +547,16 @@ int main(int argc, char **argv) {
         if (capture) {
             cap_result cr;
             bool cok = capture_case(c, fn, cap_file, &cr, msg, sizeof msg);
+            if (cok && not_captured(c->op) &&
+                (cr.status == EM_ERR_UNSUPPORTED || cr.status == EM_ERR_STATE) &&
+                (strcmp(em_status_name(cr.status), c->error) != 0 ||
+                 strcmp(cr.error, ref_r.error) != 0)) {
+                skipped++;
+                if (verbose) printf("skip %s [capture]: %s\n", c->name, cr.error);
+                em_graph_release(cr.g);
+                free_result(&ref_r);
+                continue;
+            }
             /* indices are range-checked when the graph runs: the replays must fail */
             const bool at_run = cok && c->error[0] && cr.status == EM_OK &&
                                 strcmp(c->error, "EM_ERR_ARG") == 0;
@@ -625,6 +646,7 @@ int main(int argc, char **argv) {
     if (capture) remove(cap_file);
     if (rc < 0) return 2;
     printf("conformance: %ld cases on %zu device(s)\n", cases, ndev);
+    if (skipped) printf("conformance: %ld cases not captured (not_captured)\n", skipped);
     printf("%ld passed, %ld failed\n", passed, failed);
     return failed == 0 && cases > 0 ? 0 : 1;
 }
