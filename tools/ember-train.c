@@ -43,8 +43,9 @@
  * once the model is trained or loaded, before --save and the evaluation: q8 is ggml's Q8_0
  * (int8 blocks of 32, f16 scales), q4_0 ggml's Q4_0 (4-bit blocks of 32, f16 scales), q4_1
  * ggml's Q4_1 (4-bit blocks with a minimum), q4 the better of the two on the MLP (Q4_1,
- * docs/quantization.md). A weight whose input size is not a multiple of 32 (the MLP's and the
- * CNN's 784-input layer), convolutions and embeddings stay float. The line "quantized: ..."
+ * docs/quantization.md). A weight whose input size is not a multiple of 32 (the MLP's
+ * 784-input layer) has its blocks along its outputs instead; one with neither a multiple of 32
+ * (the CNN's 784-10 layer), convolutions and embeddings stay float. The line "quantized: ..."
  * says how many weights were quantized and the state's bytes before and after. A file saved
  * after --quantize holds the quantized weights (io.h) and --load reads it back into the
  * float-built model: --load F --eval then evaluates the quantized model as it was.

@@ -87,12 +87,15 @@ typedef struct em_tensor_map em_tensor_map;
  *    per-tensor:   {"scheme":"q8_affine","scale":0.0123,"zero_point":-3,"shape":[4,8]}
  *  scheme one of "q8_affine", "q4_affine", "q8_symmetric" (no "zero_point"), "q8_block",
  *  "q4_block", "q4_block_min"; scale_dtype "f32" or "f16"; the scale the f32 value written
- *  exactly (docs/quantization.md). Other readers see a "U8" tensor and the metadata string.
+ *  exactly; "transposed": true for a 2-d block tensor whose blocks run along its first dim
+ *  (em_params_quantize's form of a weight whose `in` is not a multiple of 32): its bytes are
+ *  then those of its transpose, and loading makes the transpose view again
+ *  (docs/quantization.md). Other readers see a "U8" tensor and the metadata string.
  *  Errors: EM_ERR_ARG (NULL path, NULL names or tensors with n > 0, a NULL or empty name, a
  *  name that is not valid UTF-8 (the header is JSON; the message says what is wrong and at
  *  which byte), the reserved name "__metadata__", a duplicate name, a NULL tensor),
- *  EM_ERR_UNSUPPORTED (a view of a block-quantized tensor whose blocks do not run along its
- *  last dim, e.g. a transpose: save the tensor it views), EM_ERR_IO (the file cannot be
+ *  EM_ERR_UNSUPPORTED (a view of a block-quantized tensor whose blocks run along neither its
+ *  last dim nor, 2-d, its first: save the tensor it views), EM_ERR_IO (the file cannot be
  *  written), EM_ERR_NOMEM, and whatever em_tensor_to_data reports. */
 em_status em_safetensors_save(const char *path, const char *const *names,
                               const em_tensor *const *tensors, size_t n);
@@ -121,7 +124,8 @@ em_status em_safetensors_load(const char *path, em_device dev, em_tensor_map **o
  *  "__metadata__" that is not an object of strings. Bool bytes other than 0 are read as 1.
  *  A quantized tensor (em_safetensors_save's "ember.quant.<name>" metadata) is made with its
  *  scheme (em_tensor_from_quantized), after checks that are each EM_ERR_IO with the reason: the
- *  value not a JSON object, an unknown scheme, keys missing or extra for the scheme, a
+ *  value not a JSON object, an unknown scheme, keys missing or extra for the scheme,
+ *  "transposed" not a boolean of a block scheme or with a shape that is not 2-d, a
  *  scale_dtype other than "f32" / "f16", a per-tensor scale not finite and > 0 as an f32, a
  *  zero point that is not an integer in the storage's range, a shape that is not at most 8
  *  non-negative integers or that the scheme cannot hold (a block kind's last dim not a

@@ -73,10 +73,13 @@ em_status em_params_load(const em_params *p, const char *path);
 /** Post-training quantization, in place: each entry that is a linear weight gets, in its slot,
  *  its tensor quantized with scheme (em_quantize_as; the scales come from the weight), and the
  *  float tensor is released. A linear weight is an entry whose name is "weight" or ends in
- *  ".weight", whose tensor is a 2-d float tensor ([out, in], as em_nn_linear's) and, for the
- *  block kinds, whose `in` is a multiple of EM_QBLOCK (its blocks run along `in`, the form
- *  em_matmul's x @ W^T runs fast); other entries (biases, norms, convolutions' 4-d weights,
- *  a weight whose `in` is not a multiple of 32) stay as they are, and so do the names in skip
+ *  ".weight" and whose tensor is a 2-d float tensor ([out, in], as em_nn_linear's). With a
+ *  block kind the blocks run along `in` when it is a multiple of EM_QBLOCK (the form em_matmul's
+ *  x @ W^T runs as an int8 product); otherwise, when `out` is, along `out`: the slot then holds
+ *  the transpose (a view, em_tensor_scheme's axis 0) of W^T [in, out] quantized by rows, which
+ *  em_matmul multiplies in f32 without a dequantized copy (a 784-input layer, as the first of an
+ *  MNIST MLP, is quantized so); a weight with neither a multiple of 32 stays float. Other entries
+ *  (biases, norms, convolutions' 4-d weights) stay as they are, and so do the names in skip
  *  (NULL, or a NULL-terminated list of entry names: an Embedding's weight, which is 2-d too
  *  but is looked up, not multiplied, belongs there). *n_quantized (may be NULL) gets the
  *  number of entries quantized.

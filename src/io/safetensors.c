@@ -562,10 +562,14 @@ static const char *st_scheme_name(const em_quant_scheme *sc) {
 /* The metadata value that describes a quantized tensor of scheme sc and shape [rank]:
  * {"scheme": "q4_block_min", "scale_dtype": "f16", "shape": [256, 784]} for a block kind,
  * {"scheme": "q8_affine", "scale": 0.0123, "zero_point": -3, "shape": [...]} for a per-tensor
- * one ("zero_point" for affine only). A new string (cJSON_free), or NULL out of memory. */
-static char *st_quant_describe(const em_quant_scheme *sc, const int64_t *shape, int rank) {
+ * one ("zero_point" for affine only); "transposed": true for a 2-d block tensor whose blocks
+ * run along its first dim (the bytes are then its transpose's, whose blocks run along the
+ * last). A new string (cJSON_free), or NULL out of memory. */
+static char *st_quant_describe(const em_quant_scheme *sc, const int64_t *shape, int rank,
+                               bool transposed) {
     cJSON *o = cJSON_CreateObject();
     bool ok = o != NULL && cJSON_AddStringToObject(o, "scheme", st_scheme_name(sc)) != NULL;
+    if (ok && transposed) ok = cJSON_AddTrueToObject(o, "transposed") != NULL;
     if (ok && st_block_kind(sc->kind))
         ok = cJSON_AddStringToObject(o, "scale_dtype", sc->scale_dtype == EM_F16 ? "f16"
                                                                                  : "f32") != NULL;
@@ -589,6 +593,7 @@ static char *st_quant_describe(const em_quant_scheme *sc, const int64_t *shape, 
 /* A quantized tensor described by the metadata, validated: its scheme and shape. */
 typedef struct st_quant {
     bool present;
+    bool transposed; /* the bytes are the layout of [shape[1], shape[0]], the tensor its view */
     em_quant_scheme scheme;
     int rank;
     int64_t shape[EM_MAX_RANK];
@@ -616,6 +621,7 @@ static em_status st_quant_parse(const st_ctx *ctx, const st_entry *e, const char
     const cJSON *scale = cJSON_GetObjectItemCaseSensitive(o, "scale");
     const cJSON *zp = cJSON_GetObjectItemCaseSensitive(o, "zero_point");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape");
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(o, "transposed");
     if (!cJSON_IsString(scheme) || scheme->valuestring == NULL) {
         why = "has no string \"scheme\"";
         goto done;
@@ -634,18 +640,23 @@ static em_status st_quant_parse(const st_ctx *ctx, const st_entry *e, const char
         goto done;
     }
     const bool block = st_block_kind(q->scheme.kind), affine = q->scheme.kind == EM_QK_AFFINE;
-    size_t want_keys = 2 + (block ? 1 : 1 + (affine ? 1 : 0));
+    size_t want_keys = 2 + (block ? 1 : 1 + (affine ? 1 : 0)) + (tr != NULL ? 1 : 0);
     if ((size_t)cJSON_GetArraySize(o) != want_keys ||
         (block && (scale != NULL || zp != NULL || sdt == NULL)) ||
         (!block && (sdt != NULL || scale == NULL || (affine != (zp != NULL)))) ||
         shape == NULL) {
         snprintf(buf, sizeof buf, "does not have the keys of scheme %s (%s)",
                  scheme->valuestring,
-                 block ? "scheme, scale_dtype, shape"
+                 block ? "scheme, scale_dtype, shape, optional transposed"
                  : affine ? "scheme, scale, zero_point, shape" : "scheme, scale, shape");
         why = buf;
         goto done;
     }
+    if (tr != NULL && (!block || !cJSON_IsBool(tr))) {
+        why = "has a \"transposed\" that is not a boolean of a block scheme";
+        goto done;
+    }
+    q->transposed = tr != NULL && cJSON_IsTrue(tr);
     if (block) {
         if (!cJSON_IsString(sdt) || sdt->valuestring == NULL ||
             (strcmp(sdt->valuestring, "f32") != 0 && strcmp(sdt->valuestring, "f16") != 0)) {
@@ -690,8 +701,16 @@ static em_status st_quant_parse(const st_ctx *ctx, const st_entry *e, const char
         why = "describes a tensor whose entry is not \"U8\" of rank 1 (the bytes of its layout)";
         goto done;
     }
+    if (q->transposed && q->rank != 2) {
+        why = "is \"transposed\" but its shape is not 2-d";
+        goto done;
+    }
+    /* the bytes' own shape: the transpose's for a transposed one */
+    int64_t bshape[EM_MAX_RANK];
+    memcpy(bshape, q->shape, sizeof bshape);
+    if (q->transposed) bshape[0] = q->shape[1], bshape[1] = q->shape[0];
     size_t nbytes = 0;
-    if (em_quant_nbytes(&q->scheme, q->shape, q->rank, &nbytes) != EM_OK) {
+    if (em_quant_nbytes(&q->scheme, bshape, q->rank, &nbytes) != EM_OK) {
         snprintf(buf, sizeof buf, "has a shape that scheme %s cannot hold: %.100s",
                  scheme->valuestring, em_last_error());
         why = buf;
@@ -799,10 +818,19 @@ static em_status st_parse(const st_ctx *ctx, const uint8_t *buf, size_t len, em_
             /* the layout's own bytes (little-endian scales): no swap, any alignment */
             const st_quant *q = &quant[i];
             s = st_quant_check_values(ctx, e->name, q, src, bytes);
+            int64_t bshape[EM_MAX_RANK];
+            memcpy(bshape, q->shape, sizeof bshape);
+            if (q->transposed) bshape[0] = q->shape[1], bshape[1] = q->shape[0];
             if (s == EM_OK)
                 s = em_tensor_from_quantized(bytes ? (const void *)src : (const void *)"", bytes,
-                                             &q->scheme, q->rank ? q->shape : NULL, q->rank, dev,
+                                             &q->scheme, q->rank ? bshape : NULL, q->rank, dev,
                                              &t);
+            if (s == EM_OK && q->transposed) {
+                em_tensor *v = NULL;
+                s = em_transpose(t, 0, 1, &v);
+                em_tensor_release(t);
+                t = v;
+            }
             if (s != EM_OK && s != EM_ERR_NOMEM && s != EM_ERR_DEVICE && s != EM_ERR_IO) {
                 char why[256];
                 snprintf(why, sizeof why, "%s", em_last_error());
@@ -1220,10 +1248,12 @@ em_status em_safetensors_save(const char *path, const char *const *names,
                                             "(storage %s, kind %d) has no name in the file "
                                             "format", fn, names[i], em_dtype_name(sc.storage),
                                             (int)sc.kind);
-            if (st_block_kind(sc.kind) && sc.axis != em_tensor_rank(tensors[i]) - 1)
+            const int r = em_tensor_rank(tensors[i]);
+            if (st_block_kind(sc.kind) && sc.axis != r - 1 && !(r == 2 && sc.axis == 0))
                 return em_backend_set_error(EM_ERR_UNSUPPORTED, "%s: tensor \"%s\": a view "
-                                            "whose blocks run along dim %d, not the last: save "
-                                            "the tensor it views", fn, names[i], (int)sc.axis);
+                                            "whose blocks run along dim %d, neither the last "
+                                            "nor the first of a 2-d one: save the tensor it "
+                                            "views", fn, names[i], (int)sc.axis);
             continue;
         }
         if (st_dtype_name(em_tensor_dtype(tensors[i])) == NULL)
@@ -1248,9 +1278,10 @@ em_status em_safetensors_save(const char *path, const char *const *names,
     }
     st_put *puts = calloc(n ? n : 1, sizeof *puts);
     int64_t *qbytes = calloc(n ? n : 1, sizeof *qbytes); /* the 1-d shape of a quantized one */
+    em_tensor **views = calloc(n ? n : 1, sizeof *views);  /* what a transposed one writes */
     char **meta = calloc(2 * (n ? n : 1), sizeof *meta);  /* its key and value */
     size_t nmeta = 0;
-    em_status s = puts && qbytes && meta
+    em_status s = puts && qbytes && meta && views
                       ? EM_OK
                       : em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
     for (size_t i = 0; s == EM_OK && i < n; i++) {
@@ -1264,13 +1295,22 @@ em_status em_safetensors_save(const char *path, const char *const *names,
         em_quant_scheme sc;
         size_t nb = 0;
         s = em_tensor_scheme(t, &sc);
-        if (s == EM_OK) s = em_quant_nbytes(&sc, em_tensor_shape(t), em_tensor_rank(t), &nb);
+        const bool tr = s == EM_OK && st_block_kind(sc.kind) && em_tensor_rank(t) == 2 &&
+                        sc.axis == 0;
+        if (tr) { /* the bytes of its transpose, whose blocks run along the last dim */
+            s = em_transpose(t, 0, 1, &views[i]);
+            if (s == EM_OK) s = em_tensor_scheme(views[i], &sc);
+        }
+        if (s == EM_OK) {
+            const em_tensor *b = views[i] ? views[i] : t;
+            s = em_quant_nbytes(&sc, em_tensor_shape(b), em_tensor_rank(b), &nb);
+        }
         if (s != EM_OK) break;
         qbytes[i] = (int64_t)nb;
         puts[i] = (st_put){names[i], EM_U8, 1, &qbytes[i], (uint64_t)nb};
         size_t len = strlen(names[i]);
         char *key = malloc(ST_QUANT_PREFIX_LEN + len + 1);
-        char *val = st_quant_describe(&sc, em_tensor_shape(t), em_tensor_rank(t));
+        char *val = st_quant_describe(&sc, em_tensor_shape(t), em_tensor_rank(t), tr);
         if (key == NULL || val == NULL) {
             free(key);
             cJSON_free(val);
@@ -1283,7 +1323,11 @@ em_status em_safetensors_save(const char *path, const char *const *names,
         meta[2 * nmeta + 1] = val;
         nmeta++;
     }
-    st_emit_tensors arg = {fn, tensors, puts};
+    /* a transposed one's bytes are its transpose's */
+    const em_tensor **src = s == EM_OK ? malloc((n ? n : 1) * sizeof *src) : NULL;
+    if (s == EM_OK && !src) s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn);
+    for (size_t i = 0; s == EM_OK && i < n; i++) src[i] = views[i] ? views[i] : tensors[i];
+    st_emit_tensors arg = {fn, src, puts};
     if (s == EM_OK)
         s = st_write(fn, path, puts, n, (const char *const *)meta, nmeta, false, st_emit_tensor,
                      &arg);
@@ -1291,6 +1335,9 @@ em_status em_safetensors_save(const char *path, const char *const *names,
         free(meta[2 * k]);
         cJSON_free(meta[2 * k + 1]);
     }
+    for (size_t i = 0; views && i < n; i++) em_tensor_release(views[i]);
+    free(views);
+    free(src);
     free(meta);
     free(qbytes);
     free(puts);

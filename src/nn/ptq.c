@@ -1,5 +1,6 @@
 /* ptq.c — post-training quantization of a parameter set: each linear weight's slot gets the
- * weight quantized with a scheme (em_quantize_as), in place in the modules, so that the layers
+ * weight quantized with a scheme (em_quantize_as; for a block scheme its blocks run along `in`,
+ * or along `out` where only that is a multiple of 32), in place in the modules, so that the layers
  * run their products on the quantized weight (em_matmul's float @ quantized form) with nothing
  * else changed. The rest of src/nn treats a quantized parameter as a constant: it has no
  * gradient, so optimizers never update it, the set initializers skip it, and the state of a
@@ -45,8 +46,19 @@ em_status em_params_quantize(em_params *p, const em_quant_scheme *scheme,
         if (!ptq_is_weight(name) || ptq_skipped(name, skip) || em_tensor_rank(t) != 2 ||
             em_tensor_kind(t) != EM_KIND_FLOAT)
             continue;
-        if (ptq_block_kind(scheme->kind) && em_tensor_shape(t)[1] % EM_QBLOCK != 0) continue;
-        s = em_quantize_as(t, scheme, &q[i]);
+        const int64_t out = em_tensor_shape(t)[0], in = em_tensor_shape(t)[1];
+        if (ptq_block_kind(scheme->kind) && in % EM_QBLOCK != 0) {
+            /* blocks along out instead: W^T [in, out] quantized by rows, W its transpose */
+            if (out % EM_QBLOCK != 0) continue;
+            em_tensor *wt = NULL, *c = NULL, *qt = NULL;
+            s = em_transpose(t, 0, 1, &wt);
+            if (s == EM_OK) s = em_contiguous(wt, &c);
+            if (s == EM_OK) s = em_quantize_as(c, scheme, &qt);
+            if (s == EM_OK) s = em_transpose(qt, 0, 1, &q[i]);
+            em_tensor_release(wt), em_tensor_release(c), em_tensor_release(qt);
+        } else {
+            s = em_quantize_as(t, scheme, &q[i]);
+        }
         if (s != EM_OK) s = nn_context(s, "%s: '%s'", fn, name);
     }
     em_set_grad_enabled(was);

@@ -175,25 +175,58 @@ static void test_quant_round_trip(void **state) {
     }
 }
 
-/* A view whose blocks do not run along its last dim is refused; the tensor it views saves. */
+/* A 2-d block tensor's transpose (blocks along dim 0, em_params_quantize's form of a weight
+ * whose in is not a multiple of 32) saves as "transposed" and loads back as that view; a view
+ * whose blocks run along a middle dim is refused, the tensor it views saves. */
 static void test_quant_save_view(void **state) {
     (void)state;
-    const int64_t shape[2] = {2, 64};
-    em_tensor *x = NULL, *q = NULL, *qt = NULL;
+    const int64_t shape[2] = {40, 64}, shape3[3] = {2, 2, 64};
+    em_tensor *x = NULL, *q = NULL, *qt = NULL, *x3 = NULL, *q3 = NULL, *q3p = NULL;
     OK(em_rand_normal(shape, 2, EM_F32, 0.0, 1.0, 1, REF, &x));
-    em_quant_scheme sc = {.storage = EM_Q8, .kind = EM_QK_BLOCK};
+    em_quant_scheme sc = {.storage = EM_Q4, .kind = EM_QK_BLOCK_MIN, .scale_dtype = EM_F16};
     OK(em_quantize_as(x, &sc, &q));
-    OK(em_transpose(q, 0, 1, &qt));
+    OK(em_transpose(q, 0, 1, &qt)); /* [64, 40], blocks along dim 0 */
     char path[128];
     snprintf(path, sizeof path, "%s/view.safetensors", tmpdir);
     const char *names[1] = {"w"};
     const em_tensor *ts[1] = {qt};
+    OK(em_safetensors_save(path, names, ts, 1));
+    size_t flen = 0;
+    uint8_t *file = read_file(path, &flen);
+    assert_non_null(strstr((const char *)file + 8, "\\\"transposed\\\":true"));
+    free(file);
+    em_tensor_map *m = NULL;
+    em_tensor *got = NULL, *d1 = NULL, *d2 = NULL;
+    OK(em_safetensors_load(path, REF, &m));
+    OK(em_tensor_map_get(m, "w", &got));
+    assert_int_equal(em_tensor_rank(got), 2);
+    assert_int_equal(em_tensor_shape(got)[0], 64);
+    assert_int_equal(em_tensor_shape(got)[1], 40);
+    em_quant_scheme gs;
+    OK(em_tensor_scheme(got, &gs));
+    assert_int_equal(gs.axis, 0);
+    assert_int_equal(gs.kind, EM_QK_BLOCK_MIN);
+    OK(em_dequantize(qt, &d1));
+    OK(em_dequantize(got, &d2));
+    float a[64 * 40], b[64 * 40];
+    OK(em_tensor_to_data(d1, a, sizeof a));
+    OK(em_tensor_to_data(d2, b, sizeof b));
+    assert_memory_equal(a, b, sizeof a);
+    em_tensor_release(got), em_tensor_release(d1), em_tensor_release(d2);
+    em_tensor_map_release(m);
+    /* blocks along the middle dim of a 3-d view */
+    OK(em_rand_normal(shape3, 3, EM_F32, 0.0, 1.0, 2, REF, &x3));
+    OK(em_quantize_as(x3, &sc, &q3));
+    const int perm[3] = {0, 2, 1};
+    OK(em_permute(q3, perm, 3, &q3p));
+    ts[0] = q3p;
     em_status s = em_safetensors_save(path, names, ts, 1);
     assert_int_equal(s, EM_ERR_UNSUPPORTED);
-    assert_non_null(strstr(em_last_error(), "not the last"));
-    ts[0] = q;
+    assert_non_null(strstr(em_last_error(), "save the tensor it views"));
+    ts[0] = q3;
     OK(em_safetensors_save(path, names, ts, 1));
     em_tensor_release(x), em_tensor_release(q), em_tensor_release(qt);
+    em_tensor_release(x3), em_tensor_release(q3), em_tensor_release(q3p);
 }
 
 /* A safetensors image with one tensor "q" (dtype, shape text, nbytes bytes of `fill`) and the
@@ -293,6 +326,17 @@ static const hostile rows[] = {
      0, "not \"U8\" of rank 1"},
     {"{\"scheme\":\"q4_block_min\",\"scale_dtype\":\"f16\",\"shape\":[1,32]}", "U8", "[4,5]", 20,
      0, "not \"U8\" of rank 1"},
+    {"{\"scheme\":\"q8_block\",\"scale_dtype\":\"f16\",\"shape\":[1,32],\"transposed\":1}",
+     "U8", "[34]", 34, 0, "\"transposed\" that is not a boolean"},
+    {"{\"scheme\":\"q8_affine\",\"scale\":1,\"zero_point\":0,\"shape\":[2],\"transposed\":"
+     "true}",
+     "U8", "[2]", 2, 0, "\"transposed\" that is not a boolean"},
+    {"{\"scheme\":\"q8_block\",\"scale_dtype\":\"f16\",\"shape\":[1,1,32],\"transposed\":"
+     "true}",
+     "U8", "[34]", 34, 0, "shape is not 2-d"},
+    {"{\"scheme\":\"q8_block\",\"scale_dtype\":\"f16\",\"shape\":[1,32],\"transposed\":"
+     "true}",
+     "U8", "[34]", 34, 0, "cannot hold"},
     {"{\"scheme\":\"q8_symmetric\",\"scale\":1,\"shape\":[4]}", "U8", "[4]", 4, 0x80,
      "outside [-127, 127]"},
     {"{\"scheme\":\"q4_affine\",\"scale\":1,\"zero_point\":0,\"shape\":[4]}", "U8", "[4]", 4, 0x10,

@@ -166,16 +166,22 @@ static void test_linear_quantized_weight(void **state) {
     if (failures) fail_msg("%d device / scheme pairs differ", failures);
 }
 
-/* A small model: 0 Linear(64, 32), 1 ReLU, 2 Linear(32, 40), 3 LayerNorm(40), 4 Linear(40, 5). */
+/* A small model: 0 Linear(64, 32), 1 ReLU, 2 Linear(32, 40), 3 LayerNorm(40), 4 Linear(40, 32),
+ * 5 ReLU, 6 Linear(32, 5), 7 ReLU, 8 Linear(5, 3). For block kinds: 0, 2 and 6 along in; 4
+ * (in 40, out 32) along out; 8 (in 5, out 3) stays float. */
 static em_module *small_model(em_device dev, uint64_t seed) {
     em_module_opts o = em_module_opts_default(dev, seed);
-    em_module *m[5] = {NULL}, *seq = NULL;
+    em_module *m[9] = {NULL}, *seq = NULL;
     OK(em_nn_linear(64, 32, true, &o, &m[0]));
     OK(em_nn_relu(&m[1]));
     OK(em_nn_linear(32, 40, true, &o, &m[2]));
     OK(em_nn_layer_norm(40, &o, &m[3]));
-    OK(em_nn_linear(40, 5, false, &o, &m[4]));
-    OK(em_nn_sequential(m, 5, &seq));
+    OK(em_nn_linear(40, 32, false, &o, &m[4]));
+    OK(em_nn_relu(&m[5]));
+    OK(em_nn_linear(32, 5, true, &o, &m[6]));
+    OK(em_nn_relu(&m[7]));
+    OK(em_nn_linear(5, 3, true, &o, &m[8]));
+    OK(em_nn_sequential(m, 9, &seq));
     return seq;
 }
 
@@ -223,30 +229,38 @@ static void test_params_quantize(void **state) {
     assert_int_equal(n, 99);
     em_tensor *w0 = em_module_get(m, "0.weight"), *w2 = em_module_get(m, "2.weight");
     em_tensor *saved = NULL, *nanw = NULL;
-    OK(em_clone(em_module_get(m, "4.weight"), &saved));
-    const int64_t s4[2] = {5, 40};
-    float *v = calloc(200, sizeof *v);
+    OK(em_clone(em_module_get(m, "6.weight"), &saved));
+    const int64_t s4[2] = {5, 32};
+    float *v = calloc(160, sizeof *v);
     assert_non_null(v);
     v[3] = NAN;
     OK(em_tensor_from_data(v, EM_F32, s4, 2, ref, &nanw));
     free(v);
-    OK(em_tensor_assign(em_module_get(m, "4.weight"), nanw));
+    OK(em_tensor_assign(em_module_get(m, "6.weight"), nanw));
     em_quant_scheme pt = {.storage = EM_Q8, .kind = EM_QK_SYMMETRIC};
     assert_int_equal(em_params_quantize(p, &pt, NULL, &n), EM_ERR_ARG);
-    assert_non_null(strstr(em_last_error(), "4.weight"));
+    assert_non_null(strstr(em_last_error(), "6.weight"));
     assert_ptr_equal(em_module_get(m, "0.weight"), w0);
     assert_ptr_equal(em_module_get(m, "2.weight"), w2);
-    OK(em_tensor_assign(em_module_get(m, "4.weight"), saved));
-    /* skip; block kinds: 0.weight (in 64) and 2.weight (in 32), not 4.weight (in 40) */
+    OK(em_tensor_assign(em_module_get(m, "6.weight"), saved));
+    /* skip; block kinds: 0, 2, 6 (in 64, 32, 32) along in, 4 (in 40, out 32) along out, not
+     * 8 (in 5, out 3) */
     const char *skip[] = {"0.weight", NULL};
     OK(em_params_quantize(p, &schemes[1], skip, &n));
-    assert_int_equal(n, 1);
+    assert_int_equal(n, 3);
     assert_false(is_q(m, "0.weight"));
     assert_true(is_q(m, "2.weight"));
+    assert_true(is_q(m, "6.weight"));
     OK(em_params_quantize(p, &schemes[1], NULL, &n));
-    assert_int_equal(n, 1); /* 2.weight is quantized already */
+    assert_int_equal(n, 1); /* the others are quantized already */
     assert_true(is_q(m, "0.weight"));
-    assert_false(is_q(m, "4.weight"));
+    assert_false(is_q(m, "8.weight"));
+    em_quant_scheme sc4;
+    OK(em_tensor_scheme(em_module_get(m, "4.weight"), &sc4));
+    assert_int_equal(sc4.axis, 0); /* blocks along out */
+    assert_int_equal(em_tensor_shape(em_module_get(m, "4.weight"))[0], 32);
+    OK(em_tensor_scheme(em_module_get(m, "2.weight"), &sc4));
+    assert_int_equal(sc4.axis, 1);
     assert_false(is_q(m, "0.bias"));
     assert_false(is_q(m, "3.weight"));
     assert_int_equal(em_tensor_dtype(em_params_find(p, "0.weight")), EM_Q8);
@@ -298,7 +312,11 @@ static void test_params_quantize(void **state) {
     OK(em_module_load(m2, path));
     assert_true(is_q(m2, "0.weight"));
     assert_true(is_q(m2, "2.weight"));
-    assert_false(is_q(m2, "4.weight"));
+    assert_true(is_q(m2, "4.weight"));
+    assert_true(is_q(m2, "6.weight"));
+    assert_false(is_q(m2, "8.weight"));
+    OK(em_tensor_scheme(em_module_get(m2, "4.weight"), &sc4));
+    assert_int_equal(sc4.axis, 0);
     b0b = qbytes(m2, "0.weight", &nb0b);
     assert_memory_equal(b0, b0b, nb0);
     free(b0b);
@@ -307,8 +325,8 @@ static void test_params_quantize(void **state) {
     OK(em_module_forward(m, x, false, &y1));
     OK(em_module_forward(m2, x, false, &y2));
     em_set_grad_enabled(was);
-    float o1[40], o2[40];
-    f32_of(y1, o1, 40), f32_of(y2, o2, 40);
+    float o1[24], o2[24];
+    f32_of(y1, o1, 24), f32_of(y2, o2, 24);
     assert_memory_equal(o1, o2, sizeof o1);
     /* loading it again into the quantized model works too; a float file is refused */
     OK(em_module_load(m2, path));
