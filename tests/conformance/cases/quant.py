@@ -537,6 +537,13 @@ def matmul_cases():
         _, mag = qmatmul(f32(x).reshape(-1, 32), f32(w[:, :32]), SCHEMES[sn])
         add("quant_matmul", [T("f32", x), T("f32", w[:, :32])], "%s/x3d" % sn, ref0,
             params=dict(SCHEMES[sn], form=0), out_dtypes="f32", tol=mm_tol(mag))
+    # a 1-d quantized weight (its blocks along the reduction): x @ w, the added dim removed
+    for sn in ("q8_0", "q4_0h", "sym8"):
+        x, w = rnd((3, 64)), rnd((64,))
+        _, mag = qmatmul(f32(x), f32(w).reshape(1, -1), SCHEMES[sn])
+        add("quant_matmul", [T("f32", x), T("f32", w)], "%s/w1d" % sn,
+            lambda x, w, **p: qmatmul(f32(x), f32(w).reshape(1, -1), p)[0][:, 0],
+            params=dict(SCHEMES[sn], form=0), out_dtypes="f32", tol=mm_tol(mag))
     # an f16 x: the result is f16 (the f32 product rounded once more)
     for sn in ("q8_0h", "q4_0"):
         x, w = rnd((3, 64)), rnd((5, 64))
@@ -564,6 +571,14 @@ def matmul_cases():
             add("quant_matmul", [T("f32", a), T("f32", w)], "%s@%s/%dx%dx%d" % (an, bn, m, n, k),
                 lambda a, w, **p: qmatmul(f32(a), f32(w), p, "a_")[0], params=params,
                 out_dtypes="f32", tol=mm_tol(mag))
+    for an, bn in (("sym8", "sym8"), ("q8_0", "q8_0h")):
+        a, w = rnd((3, 64)), rnd((64,))
+        pa = {"a_" + key: v for key, v in SCHEMES[an].items()}
+        params = dict(SCHEMES[bn], form=2, **pa)
+        _, mag = qmatmul(f32(a), f32(w).reshape(1, -1), params, "a_")
+        add("quant_matmul", [T("f32", a), T("f32", w)], "%s@%s/w1d" % (an, bn),
+            lambda a, w, **p: qmatmul(f32(a), f32(w).reshape(1, -1), p, "a_")[0][:, 0],
+            params=params, out_dtypes="f32", tol=mm_tol(mag))
     zp0 = np.concatenate([[127.0, -128.0], rnd((62,), -100, 100)]) / 64
     a = np.stack([zp0, np.roll(zp0, 5), -np.roll(zp0, 9)[::-1] * 0.5])
     a[2, 0], a[2, 1] = 127.0 / 64, -128.0 / 64
@@ -596,6 +611,9 @@ def layout_cases():
         ("transpose01", (2, 3, 64), dict(view=V_TRANSPOSE, dim0=0, dim1=1), True),
         ("reshape_lead", (2, 3, 64), dict(view=V_RESHAPE, shape=[6, 64]), True),
         ("reshape_split", (6, 64), dict(view=V_RESHAPE, shape=[3, 2, 64]), True),
+        ("reshape_merge", (4, 64), dict(view=V_RESHAPE, shape=[2, 128]), True),
+        ("reshape_flat", (4, 64), dict(view=V_RESHAPE, shape=[256]), True),
+        ("reshape_blocks", (4, 64), dict(view=V_RESHAPE, shape=[4, 2, 32]), True),
         ("unsqueeze0", (3, 64), dict(view=V_UNSQUEEZE, dim=0), True),
         ("unsqueeze1", (3, 64), dict(view=V_UNSQUEEZE, dim=1), True),
         ("select_row", (4, 64), dict(view=V_SELECT, dim=0, index=2), True),
@@ -606,6 +624,7 @@ def layout_cases():
         # the block axis moved: dequantized only, with the reported axis
         ("transpose_axis", (3, 64), dict(view=V_TRANSPOSE, dim0=0, dim1=1, axis_want=0), False),
         ("permute_axis", (2, 3, 64), dict(view=V_PERMUTE, perm=[2, 0, 1], axis_want=0), False),
+        ("unsqueeze_end", (3, 64), dict(view=V_UNSQUEEZE, dim=2, axis_want=1), False),
     ]
     for sn in ("q8_0", "q4_0h", "q4_1", "sym8", "affine4"):
         per = sn in PER_TENSOR
