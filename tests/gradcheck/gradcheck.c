@@ -62,6 +62,12 @@ static const char *const no_grad_ops[] = {
     "floor", "ceil", "round", "sign",
     /* creation from a seed: no inputs */
     "rand_uniform", "rand_normal", "rand_bernoulli",
+    /* quantized tensors are constants (untracked); a float @ quantized product quantizes its
+     * activations on the fly (piecewise constant in them) while its gradient is that of
+     * a @ dequantize(b) (ember.h's em_matmul), which finite differences cannot see:
+     * test_quant's test_matmul_grad checks that gradient */
+    "quant_bytes", "quant_roundtrip", "quant_matmul", "quant_layout", "quant_from_bytes",
+    "quant_nbytes", "quant_op",
 };
 
 /* Cases too large for element-by-element finite differences on every device (each element
