@@ -148,10 +148,13 @@ em_status ocl_qmatmul(void *ctx, const em_view *out, const em_view *a, const em_
         cl_long bbb = q_blocked(bs) ? (cl_long)em_quant_block_bytes(bs) : 0;
         cl_float bscale = q_blocked(bs) ? 1.0f : bs->scale;
         cl_int bzp = q_blocked(bs) ? 0 : bs->zero_point;
-        char opts[64];
+        char opts[80];
         const size_t ts = q_tile(d, opts, sizeof opts);
-        size_t global[2] = {ocl_round_up((size_t)N, ts), ocl_round_up((size_t)M, ts)};
-        size_t local[2] = {ts, ts};
+        /* rows a group: 1 or 4 for a few rows (a matrix-vector product), else ts */
+        const size_t ty = M >= (cl_long)ts ? ts : M >= 4 ? 4 : 1;
+        if (ty != ts) snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " -DQY=%zu", ty);
+        size_t global[2] = {ocl_round_up((size_t)N, ts * 4) / 4, ocl_round_up((size_t)M, ty)};
+        size_t local[2] = {ts, ty};
         ocl_arg args[] = {OCL_ARG(qa),   OCL_ARG(da),  OCL_ARG(sa),     OCL_ARG(nkb),
                           OCL_ARG(bm),   OCL_ARG(boff), OCL_ARG(bs0),   OCL_ARG(bs1),
                           OCL_ARG(bmode), OCL_ARG(bsb), OCL_ARG(bbb),   OCL_ARG(bscale),

@@ -247,71 +247,107 @@ __kernel void qmm_prep_a(__global const uchar *a, long aoff, long as0, long as1,
 
 #define QB_TENSOR (-1) /* b per tensor (an int8 view, any strides); else b's form, blocks on K */
 
+#ifndef QY
+#define QY QT /* qmm_dot: rows of out a group computes (1, 4 or QT, by M: see quant.c) */
+#endif
+#define RN 4          /* qmm_dot: columns of out an item computes, QT apart */
+#define QN (QT * RN)  /* qmm_dot: columns of out a group computes */
+
 /** out[m, n] (contiguous from ooff) = sum over the blocks kb of 32 along K of the block's
- *  f32 term (backend.h's qmatmul), times ascale. A QT x QT group computes a QT x QT tile of
- *  out, one item an element; per block it stages the tile's QT rows of qa and QT columns of
- *  b's integers (q4: the nibbles, [0, 15]) and their scales in local memory, and each item
- *  sums its 32 products in int. b is [K, N] from element boff with strides bs0, bs1 (for
- *  the block forms bs0 is 1: the block of (kb, n) starts at element boff + 32 kb + n bs1). */
-__kernel __attribute__((reqd_work_group_size(QT, QT, 1)))
+ *  f32 term (backend.h's qmatmul), times ascale. A QT x QY group computes a QY x QN tile of
+ *  out, item (tx, ty) the elements (ty, tx + c QT), c < RN; per block it stages the tile's
+ *  rows of qa, its columns of b's integers (q4: the nibbles, [0, 15]) and their scales in
+ *  local memory, and each item sums its 32 products a column in int. b is [K, N] from
+ *  element boff with strides bs0, bs1 (for the block forms bs0 is 1: the block of (kb, n)
+ *  starts at element boff + 32 kb + n bs1). */
+__kernel __attribute__((reqd_work_group_size(QT, QY, 1)))
 void qmm_dot(__global const char *qa, __global const float *da, __global const int *sa,
              long nkb, __global const uchar *b, long boff, long bs0, long bs1, int bmode,
              int sb, long bb, float bscale, int bzp, __global float *out, long ooff, long M,
              long N, long K, float ascale) {
-    __local char As[QT][QB];
-    __local char Bs[QT][QB];
-    __local float Da[QT], Db[QT], Mb[QT];
-    __local int Sa[QT];
+    __local char As[QY][QB];
+    __local char Bs[QB][QN]; /* [j][column]: the items of a row read it in runs */
+    __local float Da[QY], Db[QN], Mb[QN];
+    __local int Sa[QY];
     const int tx = get_local_id(0), ty = get_local_id(1), lid = ty * QT + tx;
-    const long n0 = get_group_id(0) * QT, m0 = get_group_id(1) * QT;
-    float acc = 0.0f;
+    const long n0 = get_group_id(0) * QN, m0 = get_group_id(1) * QY;
+    float acc[RN];
+    for (int c = 0; c < RN; c++) acc[c] = 0.0f;
     for (long kb = 0; kb < nkb; kb++) {
-        for (int e = lid; e < QT * QB; e += QT * QT) {
+        for (int e = lid; e < QY * QB; e += QT * QY) {
             const int r = e / QB, j = e % QB;
-            const long row = m0 + r, col = n0 + r, k = kb * QB + j;
+            const long row = m0 + r;
             As[r][j] = row < M ? qa[(row * nkb + kb) * QB + j] : (char)0;
-            int q = 0;
-            if (col < N && k < K) {
-                if (bmode == QB_TENSOR)
-                    q = (int)((__global const char *)b)[boff + k * bs0 + col * bs1];
-                else
-                    q = q_ld_q(b + ((boff + kb * QB + col * bs1) >> 5) * bb, bmode, sb, j);
-            }
-            Bs[r][j] = (char)q;
         }
-        if (lid < QT) {
-            const long row = m0 + lid;
-            Da[lid] = row < M ? da[row * nkb + kb] : 0.0f;
-            Sa[lid] = row < M ? sa[row * nkb + kb] : 0;
-        } else if (lid < 2 * QT && bmode != QB_TENSOR) {
-            const int c = lid - QT;
-            const long col = n0 + c;
-            float db = 0.0f, mb = 0.0f;
-            if (col < N) {
-                __global const uchar *p = b + ((boff + kb * QB + col * bs1) >> 5) * bb;
-                db = q_ld_scale(p, sb);
-                if (bmode == QF_Q4MIN) mb = q_ld_scale(p + sb, sb);
+        if (bmode == QB_TENSOR) {
+            for (int e = lid; e < QN * QB; e += QT * QY) { /* consecutive items walk k */
+                const int c = e / QB, j = e % QB;
+                const long col = n0 + c, k = kb * QB + j;
+                Bs[j][c] = col < N && k < K ? ((__global const char *)b)[boff + k * bs0 + col * bs1]
+                                            : (char)0;
             }
-            Db[c] = db;
-            Mb[c] = mb;
+        } else if (bmode == QF_Q8) { /* blocks: K is a multiple of 32 */
+            for (int e = lid; e < QN * QB; e += QT * QY) { /* consecutive items walk a block */
+                const int c = e / QB, j = e % QB;
+                const long col = n0 + c;
+                Bs[j][c] = col < N ? (char)b[((boff + kb * QB + col * bs1) >> 5) * bb + sb + j]
+                                   : (char)0;
+            }
+        } else { /* a byte: the nibbles of j and j + 16 */
+            const int qo = bmode == QF_Q4MIN ? 2 * sb : sb;
+            for (int e = lid; e < QN * QB / 2; e += QT * QY) {
+                const int c = e / (QB / 2), j = e % (QB / 2);
+                const long col = n0 + c;
+                const uchar by = col < N ? b[((boff + kb * QB + col * bs1) >> 5) * bb + qo + j] : 0;
+                Bs[j][c] = (char)(by & 15u);
+                Bs[j + QB / 2][c] = (char)(by >> 4);
+            }
         }
+        for (int r = lid; r < QY; r += QT * QY) {
+            const long row = m0 + r;
+            Da[r] = row < M ? da[row * nkb + kb] : 0.0f;
+            Sa[r] = row < M ? sa[row * nkb + kb] : 0;
+        }
+        if (bmode != QB_TENSOR)
+            for (int c = lid; c < QN; c += QT * QY) {
+                const long col = n0 + c;
+                float db = 0.0f, mb = 0.0f;
+                if (col < N) {
+                    __global const uchar *p = b + ((boff + kb * QB + col * bs1) >> 5) * bb;
+                    db = q_ld_scale(p, sb);
+                    if (bmode == QF_Q4MIN) mb = q_ld_scale(p + sb, sb);
+                }
+                Db[c] = db;
+                Mb[c] = mb;
+            }
         barrier(CLK_LOCAL_MEM_FENCE);
-        int S = 0;
-        for (int j = 0; j < QB; j++) S += (int)As[ty][j] * (int)Bs[tx][j];
+        int S[RN];
+        for (int c = 0; c < RN; c++) S[c] = 0;
+        for (int j = 0; j < QB; j++) {
+            const int av = (int)As[ty][j];
+            for (int c = 0; c < RN; c++) S[c] += av * (int)Bs[j][tx + c * QT];
+        }
         const float d_a = Da[ty];
         const int s_a = Sa[ty];
-        if (bmode == QB_TENSOR)
-            acc += d_a * bscale * (float)(S - bzp * s_a);
-        else if (bmode == QF_Q8)
-            acc += d_a * Db[tx] * (float)S;
-        else if (bmode == QF_Q4)
-            acc += d_a * Db[tx] * (float)(S - 8 * s_a);
-        else
-            acc += d_a * Db[tx] * (float)S + d_a * Mb[tx] * (float)s_a;
+        for (int c = 0; c < RN; c++) {
+            const int cc = tx + c * QT;
+            if (bmode == QB_TENSOR)
+                acc[c] += d_a * bscale * (float)(S[c] - bzp * s_a);
+            else if (bmode == QF_Q8)
+                acc[c] += d_a * Db[cc] * (float)S[c];
+            else if (bmode == QF_Q4)
+                acc[c] += d_a * Db[cc] * (float)(S[c] - 8 * s_a);
+            else
+                acc[c] += d_a * Db[cc] * (float)S[c] + d_a * Mb[cc] * (float)s_a;
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    const long m = m0 + ty, n = n0 + tx;
-    if (m < M && n < N) out[ooff + m * N + n] = acc * ascale;
+    const long m = m0 + ty;
+    if (m >= M) return;
+    for (int c = 0; c < RN; c++) {
+        const long n = n0 + tx + c * QT;
+        if (n < N) out[ooff + m * N + n] = acc[c] * ascale;
+    }
 }
 
 /* ---- qmatmul, case (2): b blocked along N, a f32 ---- */
