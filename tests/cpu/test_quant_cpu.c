@@ -13,7 +13,7 @@
  *     f32 rounding of ref (the integer sums are exact; only the f32 order of the blocks'
  *     terms differs); weights sliced (rows with a step, K at an offset), flipped, not
  *     transposed (per tensor: K a row of b), K not a multiple of 32 (per tensor); a
- *     transposed x; 1-d b;
+ *     transposed x; 1-d b; M = 130 at K = 4096 (several of the kernel's blocks of rows);
  *   - int8 a (symmetric, q8 blocks) @ int8 b, and weights blocked along N (case 2).
  */
 #include <math.h>
@@ -279,6 +279,15 @@ static void matmul_weights(void **state) {
                     run_mm(x, wq, v_transpose, what);
                     em_tensor_release(x), em_tensor_release(w), em_tensor_release(wq);
                 }
+    /* more rows than one of the kernel's row blocks holds (64 at K = 4096), and tails */
+    for (int s = 3; s < NSCHEMES; s += 2) {
+        em_tensor *x = rnd((int64_t[]){130, 4096}, 2, REFD, 5);
+        em_tensor *w = rnd((int64_t[]){9, 4096}, 2, REFD, 6), *wq;
+        OK(em_quantize_as(w, &SCHEMES[s].s, &wq));
+        snprintf(what, sizeof what, "%s: x [130, 4096] @ W^T, W [9, 4096]", SCHEMES[s].name);
+        run_mm(x, wq, v_transpose, what);
+        em_tensor_release(x), em_tensor_release(w), em_tensor_release(wq);
+    }
 }
 
 /* sliced weights: every other row of W, and K from 64 on (block-aligned), then W^T */
