@@ -4,7 +4,8 @@
  * message; never a crash, a leak or undefined behaviour. A map that loads must hold names that
  * are valid UTF-8 (checked here by a decoder of its own, not the library's) and that each find
  * a tensor of their own. A quantized tensor (the "ember.quant.<name>" metadata) must report a
- * scheme, give back its layout's bytes and dequantize. Seeds: tests/fuzz/corpus/safetensors
+ * scheme, give back its layout's bytes (a "transposed" one through its transpose) and
+ * dequantize. Seeds: tests/fuzz/corpus/safetensors
  * (quant_*.safetensors: quantized tensors of every scheme, written by em_safetensors_save).
  */
 #include <stdbool.h>
@@ -61,20 +62,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         seen[i] = t;
         size_t bytes = (size_t)em_tensor_numel(t) * em_dtype_size(em_tensor_dtype(t));
         bool quantized = em_tensor_kind(t) == EM_KIND_QUANTIZED;
+        em_tensor *bt = NULL; /* what gives the bytes: a "transposed" one's transpose */
         if (quantized) {
             em_quant_scheme sc;
-            if (em_tensor_scheme(t, &sc) != EM_OK ||
-                em_quant_nbytes(&sc, em_tensor_shape(t), em_tensor_rank(t), &bytes) != EM_OK)
+            if (em_tensor_scheme(t, &sc) != EM_OK) abort();
+            const int r = em_tensor_rank(t);
+            if ((sc.kind == EM_QK_BLOCK || sc.kind == EM_QK_BLOCK_MIN) && sc.axis != r - 1 &&
+                (em_transpose(t, sc.axis, r - 1, &bt) != EM_OK ||
+                 em_tensor_scheme(bt, &sc) != EM_OK))
+                abort();
+            const em_tensor *b = bt ? bt : t;
+            if (em_quant_nbytes(&sc, em_tensor_shape(b), em_tensor_rank(b), &bytes) != EM_OK)
                 abort();
         }
         if (bytes <= ((size_t)1 << 20)) {
             void *buf = malloc(bytes ? bytes : 1);
-            if (buf != NULL && em_tensor_to_data(t, buf, bytes) != EM_OK) abort();
+            if (buf != NULL && em_tensor_to_data(bt ? bt : t, buf, bytes) != EM_OK) abort();
             free(buf);
             em_tensor *d = NULL;
             if (quantized && em_dequantize(t, &d) != EM_OK) abort();
             em_tensor_release(d);
         }
+        em_tensor_release(bt);
     }
     for (size_t i = 0; i < n; i++) em_tensor_release(seen[i]);
     free(seen);
