@@ -10,7 +10,9 @@
  *
  * The bytes are compared exactly: quant.cl's divisions are correctly rounded (its program is
  * built with -cl-fp32-correctly-rounded-divide-sqrt) and its rounding (rint, the f16
- * conversion) is ref's, so no step may differ. Skips (exit 77) without an OpenCL device.
+ * conversion) is ref's, so no step may differ. When the build has the opencl backend, the
+ * whole set runs again on opencl:0 with its group size lowered to 64 (quant.cl's 8 x 8
+ * tiles). Skips (exit 77) without an OpenCL device.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -25,6 +27,10 @@
 
 #include "ember/backend.h"
 #include "ember/ember.h"
+
+#ifdef EMBER_TEST_HAVE_OPENCL
+#include "backends/opencl/ocl_internal.h"
+#endif
 
 static em_device ocl0, ref0 = {EM_BACKEND_REF, 0, false, EM_CKPT_NONE};
 
@@ -538,6 +544,24 @@ static void test_qmatmul_along_n(void **state) {
     }
 }
 
+#ifdef EMBER_TEST_HAVE_OPENCL
+/* A device whose work-groups hold 64 items, simulated by lowering the group size opencl:0
+ * was opened with: quant.cl's 8 x 8 tiles (-DQT=8) and 1-d launches of 64. */
+static void test_small_groups(void **state) {
+    void *ctx = NULL;
+    assert_int_equal(em_backend_get(EM_BACKEND_OPENCL)->open(0, &ctx), EM_OK);
+    ocl_dev *d = ctx;
+    const size_t saved = d->group;
+    d->group = 64;
+    test_quantize_bytes(state);
+    test_dequantize_views(state);
+    test_qmatmul_int8(state);
+    test_qmatmul_quantized_a(state);
+    test_qmatmul_along_n(state);
+    d->group = saved;
+}
+#endif
+
 int main(void) {
     if (!have_device()) {
         printf("test_quant_opencl: no OpenCL device (or no opencl backend): skipped (%s)\n",
@@ -552,6 +576,9 @@ int main(void) {
         cmocka_unit_test(test_qmatmul_int8),
         cmocka_unit_test(test_qmatmul_quantized_a),
         cmocka_unit_test(test_qmatmul_along_n),
+#ifdef EMBER_TEST_HAVE_OPENCL
+        cmocka_unit_test(test_small_groups),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
