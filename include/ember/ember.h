@@ -102,6 +102,10 @@ typedef enum em_kind { EM_KIND_FLOAT = 0, EM_KIND_INT, EM_KIND_BOOL, EM_KIND_QUA
  *                     over the data with 0 included in the range, zero_point =
  *                     clamp(nearbyint(qmin - min / scale)).
  *    EM_QK_SYMMETRIC  q8 only: int8 in [-127, 127], real = scale * q, scale = max|x| / 127.
+ *                     The per-tensor scale and zero point are computed in double from the
+ *                     data's exact min and max, the scale rounded once to f32 (1 when it
+ *                     would be 0: an all-zero tensor), the zero point from that f32 scale;
+ *                     then q = clamp(nearbyint(x * (1 / scale)) + zero_point) in f32.
  *
  *  Block kinds cut the tensor into blocks of EM_QBLOCK (32) consecutive elements along its
  *  block axis (the last dim when quantized; that dim's size must be a multiple of 32). Each
@@ -117,10 +121,18 @@ typedef enum em_kind { EM_KIND_FLOAT = 0, EM_KIND_INT, EM_KIND_BOOL, EM_KIND_QUA
  *                     magnitude (the first such); q = clamp(nearbyint(x / d) + 8, 0, 15).
  *                     (20 bytes, or 18)
  *    EM_QK_BLOCK_MIN  q4 only (as ggml's Q4_1): d, m, then 16 bytes packed as Q4_0's;
- *                     real = d * q + m.  m = the block's minimum, d = (max - m) / 15;
- *                     q = clamp(nearbyint((x - m) / d), 0, 15). (24 bytes, or 20)
- *  In the formulas d and m are the stored values (rounded to scale_dtype first), x / d is
- *  x * (1 / d) in f32 and q = 0 where d is 0. nearbyint rounds half to even.
+ *                     real = d * q + m.  m = the block's minimum, d = (max - min) / 15 (both
+ *                     from the block's exact values); q = clamp(nearbyint((x - m) / d), 0, 15)
+ *                     with the stored m and d. (24 bytes, or 20)
+ *  d and m are computed in f32 and rounded to scale_dtype when stored; q is computed from
+ *  the stored d (and m), x / d as x * (1 / d) in f32 with 1 / d taken as 0 where d is 0 (an
+ *  all-zero block: q8 q = 0, Q4_0 q = 8, Q4_1 q = 0). nearbyint rounds half to even. With
+ *  f16 scales, data whose d or m would overflow f16 is EM_ERR_ARG (use f32 scales).
+ *
+ *  em_tensor_to_data gives a block tensor's bytes in the layout above for its block-axis-last
+ *  form: for a view whose block axis is not its last dim (a transposed weight), the bytes of
+ *  that view with the block axis permuted last (the untransposed weight's); em_quant_nbytes
+ *  takes that form's shape.
  *
  *  A block tensor's views keep the blocks whole: reshape, permute / transpose, slice,
  *  squeeze, unsqueeze, expand, flip of other dims are views as for any tensor; a view that

@@ -307,6 +307,16 @@ em_status em_quantize_as(const em_tensor *x, const em_quant_scheme *scheme, em_t
             s = emi_fail(EM_ERR_ARG, "%s: the tensor holds a non-finite value (%s)", fn,
                          isnan(lo) || isnan(hi) ? "NaN" : "an infinity");
     }
+    if (s == EM_OK && numel > 0 && qs_is_block(n.kind) && n.scale_dtype == EM_F16) {
+        /* the largest d (and |m|) a block of this data can have must be an f16 */
+        const double amax = fabs(lo) > fabs(hi) ? fabs(lo) : fabs(hi);
+        const double big = n.storage == EM_Q8            ? amax / 127
+                           : n.kind == EM_QK_BLOCK       ? amax / 8
+                           : (hi - lo) / 15 > fabs(lo) ? (hi - lo) / 15 : fabs(lo);
+        if (big > 65504.0)
+            s = emi_fail(EM_ERR_ARG, "%s: the data's range (up to %g) needs block scales beyond "
+                         "f16's (65504): use f32 scales", fn, amax);
+    }
     if (s == EM_OK && !qs_is_block(n.kind)) {
         if (n.kind == EM_QK_SYMMETRIC) {
             double amax = fabs(lo) > fabs(hi) ? fabs(lo) : fabs(hi);

@@ -552,6 +552,22 @@ static void test_errors(void **state) {
     x[3] = INFINITY;
     em_tensor *ti2 = f32_on(x, (const int64_t[]){2, 32}, 2, "ref");
     EXPECT_ERR(EM_ERR_ARG, fn, em_quantize_as(tn, &blk, &o));
+    {
+        /* f16 scales cannot hold d = 1e7 / 127 (it would be inf: a block of NaNs) */
+        float big[32] = {1e7f};
+        em_tensor *tb = f32_on(big, (const int64_t[]){32}, 1, "ref");
+        em_quant_scheme h8 = {.storage = EM_Q8, .kind = EM_QK_BLOCK, .scale_dtype = EM_F16},
+                        h4 = {.storage = EM_Q4, .kind = EM_QK_BLOCK_MIN, .scale_dtype = EM_F16};
+        EXPECT_ERR(EM_ERR_ARG, fn, em_quantize_as(tb, &h8, &o));
+        EXPECT_ERR(EM_ERR_ARG, fn, em_quantize_as(tb, &h4, &o));
+        big[0] = 8e6f; /* d = 62992: still an f16 */
+        em_tensor *tok = f32_on(big, (const int64_t[]){32}, 1, "ref"), *qo = NULL;
+        assert_int_equal(em_quantize_as(tok, &h8, &qo), EM_OK);
+        float *r = values(qo);
+        assert_true(fabsf(r[0] - 8e6f) < 8e6f / 200);
+        free(r);
+        em_tensor_release(qo), em_tensor_release(tok), em_tensor_release(tb);
+    }
     EXPECT_ERR(EM_ERR_ARG, fn, em_quantize_as(ti2, &blk, &o));
 
     fn = "em_tensor_from_quantized";
