@@ -252,12 +252,14 @@ __kernel void qmm_prep_a(__global const uchar *a, long aoff, long as0, long as1,
 #endif
 #define RN 4          /* qmm_dot: columns of out an item computes, QT apart */
 #define QN (QT * RN)  /* qmm_dot: columns of out a group computes */
+#define KS 4          /* qmm_dot: blocks along K staged a step */
 
 /** out[m, n] (contiguous from ooff) = sum over the blocks kb of 32 along K of the block's
  *  f32 term (backend.h's qmatmul), times ascale. A QT x QY group computes a QY x QN tile of
- *  out, item (tx, ty) the elements (ty, tx + c QT), c < RN; per block it stages the tile's
- *  rows of qa, its columns of b's integers (q4: the nibbles, [0, 15]) and their scales in
- *  local memory, and each item sums its 32 products a column in int. b is [K, N] from
+ *  out, item (tx, ty) the elements (ty, tx + c QT), c < RN; per step of KS blocks it stages
+ *  the tile's rows of qa, its columns of b's integers (q4: the nibbles, [0, 15]) and their
+ *  scales in local memory, and each item sums its 32 products a block and column in int, the
+ *  blocks in order. b is [K, N] from
  *  element boff with strides bs0, bs1 (for the block forms bs0 is 1: the block of (kb, n)
  *  starts at element boff + 32 kb + n bs1). */
 __kernel __attribute__((reqd_work_group_size(QT, QY, 1)))
@@ -265,80 +267,88 @@ void qmm_dot(__global const char *qa, __global const float *da, __global const i
              long nkb, __global const uchar *b, long boff, long bs0, long bs1, int bmode,
              int sb, long bb, float bscale, int bzp, __global float *out, long ooff, long M,
              long N, long K, float ascale) {
-    __local char As[QY][QB];
-    __local char Bs[QB][QN]; /* [j][column]: the items of a row read it in runs */
-    __local float Da[QY], Db[QN], Mb[QN];
-    __local int Sa[QY];
+    __local char As[KS][QY][QB];
+    __local char Bs[KS][QB][QN]; /* [j][column]: the items of a row read it in runs */
+    __local float Da[KS][QY], Db[KS][QN], Mb[KS][QN];
+    __local int Sa[KS][QY];
     const int tx = get_local_id(0), ty = get_local_id(1), lid = ty * QT + tx;
     const long n0 = get_group_id(0) * QN, m0 = get_group_id(1) * QY;
     float acc[RN];
     for (int c = 0; c < RN; c++) acc[c] = 0.0f;
-    for (long kb = 0; kb < nkb; kb++) {
-        for (int e = lid; e < QY * QB; e += QT * QY) {
-            const int r = e / QB, j = e % QB;
+    for (long kb0 = 0; kb0 < nkb; kb0 += KS) {
+        const int ks = (int)min((long)KS, nkb - kb0); /* blocks this step */
+        for (int e = lid; e < ks * QY * QB; e += QT * QY) {
+            const int t = e / (QY * QB), r = e / QB % QY, j = e % QB;
             const long row = m0 + r;
-            As[r][j] = row < M ? qa[(row * nkb + kb) * QB + j] : (char)0;
+            As[t][r][j] = row < M ? qa[(row * nkb + kb0 + t) * QB + j] : (char)0;
         }
         if (bmode == QB_TENSOR) {
-            for (int e = lid; e < QN * QB; e += QT * QY) { /* consecutive items walk k */
-                const int c = e / QB, j = e % QB;
-                const long col = n0 + c, k = kb * QB + j;
-                Bs[j][c] = col < N && k < K ? ((__global const char *)b)[boff + k * bs0 + col * bs1]
-                                            : (char)0;
+            for (int e = lid; e < ks * QN * QB; e += QT * QY) { /* consecutive items walk k */
+                const int t = e / (QN * QB), c = e / QB % QN, j = e % QB;
+                const long col = n0 + c, k = (kb0 + t) * QB + j;
+                Bs[t][j][c] = col < N && k < K
+                                  ? ((__global const char *)b)[boff + k * bs0 + col * bs1]
+                                  : (char)0;
             }
         } else if (bmode == QF_Q8) { /* blocks: K is a multiple of 32 */
-            for (int e = lid; e < QN * QB; e += QT * QY) { /* consecutive items walk a block */
-                const int c = e / QB, j = e % QB;
+            for (int e = lid; e < ks * QN * QB; e += QT * QY) { /* items walk a block */
+                const int t = e / (QN * QB), c = e / QB % QN, j = e % QB;
                 const long col = n0 + c;
-                Bs[j][c] = col < N ? (char)b[((boff + kb * QB + col * bs1) >> 5) * bb + sb + j]
-                                   : (char)0;
+                Bs[t][j][c] =
+                    col < N ? (char)b[((boff + (kb0 + t) * QB + col * bs1) >> 5) * bb + sb + j]
+                            : (char)0;
             }
         } else { /* a byte: the nibbles of j and j + 16 */
-            const int qo = bmode == QF_Q4MIN ? 2 * sb : sb;
-            for (int e = lid; e < QN * QB / 2; e += QT * QY) {
-                const int c = e / (QB / 2), j = e % (QB / 2);
+            const int qo = bmode == QF_Q4MIN ? 2 * sb : sb, H = QB / 2;
+            for (int e = lid; e < ks * QN * H; e += QT * QY) {
+                const int t = e / (QN * H), c = e / H % QN, j = e % H;
                 const long col = n0 + c;
-                const uchar by = col < N ? b[((boff + kb * QB + col * bs1) >> 5) * bb + qo + j] : 0;
-                Bs[j][c] = (char)(by & 15u);
-                Bs[j + QB / 2][c] = (char)(by >> 4);
+                const uchar by =
+                    col < N ? b[((boff + (kb0 + t) * QB + col * bs1) >> 5) * bb + qo + j] : 0;
+                Bs[t][j][c] = (char)(by & 15u);
+                Bs[t][j + H][c] = (char)(by >> 4);
             }
         }
-        for (int r = lid; r < QY; r += QT * QY) {
+        for (int e = lid; e < ks * QY; e += QT * QY) {
+            const int t = e / QY, r = e % QY;
             const long row = m0 + r;
-            Da[r] = row < M ? da[row * nkb + kb] : 0.0f;
-            Sa[r] = row < M ? sa[row * nkb + kb] : 0;
+            Da[t][r] = row < M ? da[row * nkb + kb0 + t] : 0.0f;
+            Sa[t][r] = row < M ? sa[row * nkb + kb0 + t] : 0;
         }
         if (bmode != QB_TENSOR)
-            for (int c = lid; c < QN; c += QT * QY) {
+            for (int e = lid; e < ks * QN; e += QT * QY) {
+                const int t = e / QN, c = e % QN;
                 const long col = n0 + c;
                 float db = 0.0f, mb = 0.0f;
                 if (col < N) {
-                    __global const uchar *p = b + ((boff + kb * QB + col * bs1) >> 5) * bb;
+                    __global const uchar *p = b + ((boff + (kb0 + t) * QB + col * bs1) >> 5) * bb;
                     db = q_ld_scale(p, sb);
                     if (bmode == QF_Q4MIN) mb = q_ld_scale(p + sb, sb);
                 }
-                Db[c] = db;
-                Mb[c] = mb;
+                Db[t][c] = db;
+                Mb[t][c] = mb;
             }
         barrier(CLK_LOCAL_MEM_FENCE);
-        int S[RN];
-        for (int c = 0; c < RN; c++) S[c] = 0;
-        for (int j = 0; j < QB; j++) {
-            const int av = (int)As[ty][j];
-            for (int c = 0; c < RN; c++) S[c] += av * (int)Bs[j][tx + c * QT];
-        }
-        const float d_a = Da[ty];
-        const int s_a = Sa[ty];
-        for (int c = 0; c < RN; c++) {
-            const int cc = tx + c * QT;
-            if (bmode == QB_TENSOR)
-                acc[c] += d_a * bscale * (float)(S[c] - bzp * s_a);
-            else if (bmode == QF_Q8)
-                acc[c] += d_a * Db[cc] * (float)S[c];
-            else if (bmode == QF_Q4)
-                acc[c] += d_a * Db[cc] * (float)(S[c] - 8 * s_a);
-            else
-                acc[c] += d_a * Db[cc] * (float)S[c] + d_a * Mb[cc] * (float)s_a;
+        for (int t = 0; t < ks; t++) { /* the blocks in order, each summed in int */
+            int S[RN];
+            for (int c = 0; c < RN; c++) S[c] = 0;
+            for (int j = 0; j < QB; j++) {
+                const int av = (int)As[t][ty][j];
+                for (int c = 0; c < RN; c++) S[c] += av * (int)Bs[t][j][tx + c * QT];
+            }
+            const float d_a = Da[t][ty];
+            const int s_a = Sa[t][ty];
+            for (int c = 0; c < RN; c++) {
+                const int cc = tx + c * QT;
+                if (bmode == QB_TENSOR)
+                    acc[c] += d_a * bscale * (float)(S[c] - bzp * s_a);
+                else if (bmode == QF_Q8)
+                    acc[c] += d_a * Db[t][cc] * (float)S[c];
+                else if (bmode == QF_Q4)
+                    acc[c] += d_a * Db[t][cc] * (float)(S[c] - 8 * s_a);
+                else
+                    acc[c] += d_a * Db[t][cc] * (float)S[c] + d_a * Mb[t][cc] * (float)s_a;
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
