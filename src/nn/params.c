@@ -133,7 +133,14 @@ em_status em_params_load(const em_params *st, const char *path) {
                                          "the set's", fn, name, path);
             else if (em_tensor_kind(src) == EM_KIND_QUANTIZED) {
                 /* a quantized weight replaces the slot's tensor: a constant, no leaf to keep */
-                if (pass == 1) {
+                em_kind dk = em_tensor_kind(dst);
+                if (dk != EM_KIND_FLOAT && dk != EM_KIND_QUANTIZED)
+                    s = em_backend_set_error(EM_ERR_DTYPE, "%s: '%s' in %s is %s, the set's is "
+                                             "%s (a quantized tensor replaces a float or "
+                                             "quantized one only)", fn, name, path,
+                                             em_dtype_name(em_tensor_dtype(src)),
+                                             em_dtype_name(em_tensor_dtype(dst)));
+                else if (pass == 1) {
                     em_tensor *moved = NULL;
                     em_device dd = em_tensor_device(dst);
                     s = em_to_device(src, dd, &moved);
