@@ -81,8 +81,9 @@ em_status em_params_load(const em_params *p, const char *path);
  *  MNIST MLP, is quantized so); a weight with neither a multiple of 32 stays float. Other entries
  *  (biases, norms, convolutions' 4-d weights) stay as they are, and so do the names in skip
  *  (NULL, or a NULL-terminated list of entry names: an Embedding's weight, which is 2-d too
- *  but is looked up, not multiplied, belongs there). *n_quantized (may be NULL) gets the
- *  number of entries quantized.
+ *  but is looked up, not multiplied, belongs there; MultiheadAttention's "in_proj_weight" does
+ *  not end in ".weight" and stays float, its out_proj is a Linear). Entries already quantized
+ *  are left as they are. *n_quantized (may be NULL) gets the number of entries quantized.
  *  The modules holding the slots see the quantized weight (em_nn_linear's forward multiplies
  *  by it: y = x W^T + b with W dequantized in effect, x's rows quantized to int8 on the fly
  *  for the int8 product, see em_matmul); it is a constant from then on: no gradient reaches
