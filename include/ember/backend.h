@@ -404,8 +404,10 @@ typedef struct em_backend_ops {
      *  (1) b per-tensor, or b with blocks along K (bs->axis 0): the int8 product. An f32 a
      *      is first quantized row by row in blocks of 32 along K (the last one shorter when
      *      K % 32 != 0), as q8 EM_QK_BLOCK with an f32 scale (d = max|x| / 127,
-     *      q = clamp(nearbyint(x * (1 / d)), -127, 127)): dynamic activation quantization,
-     *      as ggml and PyTorch's dynamic quantized Linear do. A quantized a is SYMMETRIC,
+     *      q = clamp(nearbyint(x * (1 / d)), -127, 127), q = 0 where d is 0, below FLT_MIN or
+     *      not finite: a block holding a NaN has d NaN, one holding an infinity d inf, and
+     *      its terms make the row's outputs NaN): dynamic activation quantization, as ggml
+     *      and PyTorch's dynamic quantized Linear do. A quantized a is SYMMETRIC,
      *      AFFINE with zero point 0, or q8 BLOCK with as->axis 1 (then bs is q8: SYMMETRIC,
      *      AFFINE with zero point 0, or BLOCK with axis 0). Per block of 32 along K, the
      *      integer sum S = sum q_a q_b is exact (int32), and out adds, in f32:

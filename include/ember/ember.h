@@ -104,7 +104,8 @@ typedef enum em_kind { EM_KIND_FLOAT = 0, EM_KIND_INT, EM_KIND_BOOL, EM_KIND_QUA
  *    EM_QK_SYMMETRIC  q8 only: int8 in [-127, 127], real = scale * q, scale = max|x| / 127.
  *                     The per-tensor scale and zero point are computed in double from the
  *                     data's exact min and max, the scale rounded once to f32 (1 when it
- *                     would be 0: an all-zero tensor), the zero point from that f32 scale;
+ *                     would be 0: an all-zero tensor; FLT_MIN when it would be below that),
+ *                     the zero point from that f32 scale;
  *                     then q = clamp(nearbyint(x * (1 / scale)) + zero_point) in f32.
  *
  *  Block kinds cut the tensor into blocks of EM_QBLOCK (32) consecutive elements along its
@@ -125,8 +126,8 @@ typedef enum em_kind { EM_KIND_FLOAT = 0, EM_KIND_INT, EM_KIND_BOOL, EM_KIND_QUA
  *                     from the block's exact values); q = clamp(nearbyint((x - m) / d), 0, 15)
  *                     with the stored m and d. (24 bytes, or 20)
  *  d and m are computed in f32 and rounded to scale_dtype when stored; q is computed from
- *  the stored d (and m), x / d as x * (1 / d) in f32 with 1 / d taken as 0 where d is 0 (an
- *  all-zero block: q8 q = 0, Q4_0 q = 8, Q4_1 q = 0). nearbyint rounds half to even. With
+ *  the stored d (and m), x / d as x * (1 / d) in f32 with 1 / d taken as 0 where d is 0 or
+ *  below FLT_MIN (an all-zero block: q8 q = 0, Q4_0 q = 8, Q4_1 q = 0). nearbyint rounds half to even. With
  *  f16 scales, data whose d or m would overflow f16 is EM_ERR_ARG (use f32 scales).
  *
  *  em_tensor_to_data gives a block tensor's bytes in the layout above for its block-axis-last

@@ -10,6 +10,7 @@
  * how a view addresses them); the core keeps its views block-preserving (emi_qview_check)
  * and moves its bytes through `copy` on EM_U8 views of the blocks (qs_bytes_view).
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,14 +322,14 @@ em_status em_quantize_as(const em_tensor *x, const em_quant_scheme *scheme, em_t
         if (n.kind == EM_QK_SYMMETRIC) {
             double amax = fabs(lo) > fabs(hi) ? fabs(lo) : fabs(hi);
             float sc = (float)(amax / 127.0);
-            n.scale = sc > 0 && isfinite(sc) ? sc : 1.0f;
+            n.scale = sc >= FLT_MIN ? sc : sc > 0 ? FLT_MIN : 1.0f; /* 1 / scale finite */
             n.zero_point = 0;
         } else {
             const double qmin = n.storage == EM_Q8 ? -128 : -8, qmax = n.storage == EM_Q8 ? 127 : 7;
             lo = lo < 0 ? lo : 0;
             hi = hi > 0 ? hi : 0;
             float sc = (float)((hi - lo) / (qmax - qmin));
-            n.scale = sc > 0 && isfinite(sc) ? sc : 1.0f;
+            n.scale = sc >= FLT_MIN ? sc : sc > 0 ? FLT_MIN : 1.0f; /* 1 / scale finite */
             double zp = nearbyint(qmin - lo / (double)n.scale);
             n.zero_point = (int32_t)(zp < qmin ? qmin : zp > qmax ? qmax : zp);
         }

@@ -515,6 +515,76 @@ static void test_matmul_grad(void **state) {
     em_tensor_release(wd);
 }
 
+/* ---- edges every backend must treat as ref does ---- */
+
+/* The devices present besides ref that run quantized kernels of their own. */
+static int other_devices(em_device *out, int cap) {
+    em_device list[64];
+    size_t nd = 0;
+    int n = 0;
+    assert_int_equal(em_devices(list, 64, &nd), EM_OK);
+    for (size_t i = 0; i < nd && i < 64 && n < cap; i++)
+        if (!list[i].autodiff &&
+            (list[i].backend == EM_BACKEND_CPU || list[i].backend == EM_BACKEND_OPENCL))
+            out[n++] = list[i];
+    return n;
+}
+
+/* A non-finite activation makes its row of x @ W^T NaN (its block's d is NaN or inf), the
+ * other rows stay finite; blocks whose d is below FLT_MIN quantize to q = 0 (Q4_0: 8). */
+static void test_edges(void **state) {
+    (void)state;
+    em_device devs[8];
+    int nd = other_devices(devs, 7);
+    devs[nd++] = dev_of("ref");
+    float x[3 * 64], w[4 * 64], tiny[64];
+    pattern(x, 3 * 64, 13);
+    pattern(w, 4 * 64, 14);
+    x[3] = NAN;
+    x[64 + 40] = -INFINITY;
+    for (int i = 0; i < 64; i++) tiny[i] = (float)(i - 20) * 1e-41f; /* subnormal: d < FLT_MIN */
+    size_t nref[3] = {0, 0, 0};
+    uint8_t *bref[3] = {NULL, NULL, NULL};
+    const em_quant_kind kinds[3] = {EM_QK_BLOCK, EM_QK_BLOCK, EM_QK_BLOCK_MIN};
+    const em_dtype st[3] = {EM_Q8, EM_Q4, EM_Q4};
+    for (int d = nd - 1; d >= 0; d--) {
+        char name[64];
+        em_device_name(devs[d], name, sizeof name);
+        em_tensor *xt = NULL, *wt = NULL, *tt = NULL;
+        assert_int_equal(em_tensor_from_data(x, EM_F32, (const int64_t[]){3, 64}, 2, devs[d], &xt), EM_OK);
+        assert_int_equal(em_tensor_from_data(w, EM_F32, (const int64_t[]){4, 64}, 2, devs[d], &wt), EM_OK);
+        assert_int_equal(em_tensor_from_data(tiny, EM_F32, (const int64_t[]){64}, 1, devs[d], &tt), EM_OK);
+        for (int k = 0; k < 3; k++) {
+            em_tensor *wq = quant(wt, st[k], kinds[k], EM_F32), *wqt = NULL, *y = NULL;
+            assert_int_equal(em_transpose(wq, 0, 1, &wqt), EM_OK);
+            if (em_matmul(xt, wqt, &y) != EM_OK) fail_msg("%s: %s", name, em_last_error());
+            float *r = values(y);
+            for (int n = 0; n < 4; n++) {
+                if (!isnan(r[n]) || !isnan(r[4 + n]) || !isfinite(r[8 + n]))
+                    fail_msg("%s kind %d: column %d: %g %g %g", name, k, n, (double)r[n],
+                             (double)r[4 + n], (double)r[8 + n]);
+            }
+            free(r);
+            em_tensor *tq = quant(tt, st[k], kinds[k], EM_F32);
+            size_t nb;
+            uint8_t *b = bytes_of(tq, &nb);
+            if (devs[d].backend == EM_BACKEND_REF) {
+                bref[k] = b, nref[k] = nb;
+                /* q8: d = 43e-41 / 127 < FLT_MIN, so q = 0 */
+                if (k == 0)
+                    for (int j = 0; j < 32; j++) assert_int_equal(b[4 + j], 0);
+            } else {
+                assert_int_equal(nb, nref[k]);
+                if (memcmp(b, bref[k], nb) != 0) fail_msg("%s kind %d: tiny blocks differ from ref's", name, k);
+                free(b);
+            }
+            em_tensor_release(tq), em_tensor_release(wq), em_tensor_release(wqt), em_tensor_release(y);
+        }
+        em_tensor_release(xt), em_tensor_release(wt), em_tensor_release(tt);
+    }
+    for (int k = 0; k < 3; k++) free(bref[k]);
+}
+
 /* ---- bad input ---- */
 
 static void test_errors(void **state) {
@@ -605,7 +675,8 @@ int main(void) {
         cmocka_unit_test(test_from_bytes),     cmocka_unit_test(test_views),
         cmocka_unit_test(test_to_device),      cmocka_unit_test(test_matmul_linear),
         cmocka_unit_test(test_matmul_exact),   cmocka_unit_test(test_matmul_forms),
-        cmocka_unit_test(test_matmul_grad),    cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_matmul_grad),    cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

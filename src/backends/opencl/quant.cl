@@ -114,6 +114,10 @@ static inline float q_deq(__global const uchar *q, long e, int form, int sb, lon
 
 /* ---- quantize ---- */
 
+/** 1 / d, or 0 where d is 0, below FLT_MIN (1 / d would overflow) or not finite (an
+ *  activation block holding a NaN or an infinity): q is then 0 (Q4_0: 8), as ref's. */
+float q_inv(float d) { return isfinite(d) && fabs(d) >= FLT_MIN ? 1.0f / d : 0.0f; }
+
 /** Per-tensor kinds: out[i] (int8, contiguous from element ooff) = clamp(rint(x * inv) + zp,
  *  qmin, qmax) in f32 for row-major index i of x (any strides); inv = 1 / scale (host). */
 __kernel void quant_tensor(__global const float *x, view_t xv, __global char *out, long ooff,
@@ -138,7 +142,7 @@ __kernel void quant_block(__global const float *x, view_t xv, long sl, __global 
         float amax = 0.0f;
         for (int j = 0; j < QB; j++) amax = fmax(amax, fabs(v[j]));
         const float d = q_st_scale(p, sb, amax / 127.0f);
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = q_inv(d);
         for (int j = 0; j < QB; j++)
             p[sb + j] = (uchar)(char)(int)clamp(rint(v[j] * id), -127.0f, 127.0f);
     } else if (form == QF_Q4) {
@@ -149,7 +153,7 @@ __kernel void quant_block(__global const float *x, view_t xv, long sl, __global 
                 vmax = v[j];
             }
         const float d = q_st_scale(p, sb, vmax / -8.0f);
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = q_inv(d);
         for (int j = 0; j < QB / 2; j++) {
             const int q0 = (int)clamp(rint(v[j] * id) + 8.0f, 0.0f, 15.0f);
             const int q1 = (int)clamp(rint(v[j + 16] * id) + 8.0f, 0.0f, 15.0f);
@@ -163,7 +167,7 @@ __kernel void quant_block(__global const float *x, view_t xv, long sl, __global 
         }
         const float m = q_st_scale(p + sb, sb, mn); /* the stored minimum */
         const float d = q_st_scale(p, sb, (mx - mn) / 15.0f);
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = q_inv(d);
         for (int j = 0; j < QB / 2; j++) {
             const int q0 = (int)clamp(rint((v[j] - m) * id), 0.0f, 15.0f);
             const int q1 = (int)clamp(rint((v[j + 16] - m) * id), 0.0f, 15.0f);
@@ -215,12 +219,13 @@ __kernel void qmm_prep_a(__global const uchar *a, long aoff, long as0, long as1,
         float amax = 0.0f;
         for (int j = 0; j < len; j++) {
             v[j] = af[aoff + r * as0 + (k0 + j) * as1];
-            amax = fmax(amax, fabs(v[j]));
+            /* a NaN stays (fmax would drop it): the block's d is NaN, its outputs too */
+            amax = isnan(v[j]) || fabs(v[j]) > amax ? fabs(v[j]) : amax;
         }
         d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = q_inv(d);
         for (int j = 0; j < len; j++) {
-            const int q = (int)clamp(rint(v[j] * id), -127.0f, 127.0f);
+            const int q = id != 0.0f ? (int)clamp(rint(v[j] * id), -127.0f, 127.0f) : 0;
             dst[j] = (char)q;
             sum += q;
         }

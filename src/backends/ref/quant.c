@@ -8,6 +8,7 @@
  * in the block that starts at byte (e / 32) * block_bytes, at position e % 32 (the view
  * rules make every block start at a multiple of 32). Per-tensor views are int8 views.
  */
+#include <float.h>
 #include <stdlib.h>
 
 #include "ref.h"
@@ -86,6 +87,10 @@ static float rq_real_at(const em_view *v, const em_quant_scheme *s, int64_t e) {
 
 static float rq_clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+/* 1 / d, or 0 where d is 0, below FLT_MIN (1 / d would overflow) or not finite (an
+ * activation block holding a NaN or an infinity): q is then 0 (Q4_0: 8). */
+static float rq_inv(float d) { return isfinite(d) && fabsf(d) >= FLT_MIN ? 1.0f / d : 0.0f; }
+
 /* Quantizes the 32 values x of one block into blk, as em_quant_kind says. */
 static void rq_quantize_block(uint8_t *blk, const float *x, const em_quant_scheme *s) {
     const em_dtype sdt = s->scale_dtype;
@@ -95,7 +100,7 @@ static void rq_quantize_block(uint8_t *blk, const float *x, const em_quant_schem
         float amax = 0;
         for (int j = 0; j < EM_QBLOCK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
         float d = rq_round_scale(amax / 127.0f, sdt);
-        float id = d != 0 ? 1.0f / d : 0.0f;
+        float id = rq_inv(d);
         rq_st_scale(blk, sdt, d);
         for (int j = 0; j < EM_QBLOCK; j++)
             blk[sb + (size_t)j] = (uint8_t)(int8_t)rq_clampf(rintf(x[j] * id), -127, 127);
@@ -107,7 +112,7 @@ static void rq_quantize_block(uint8_t *blk, const float *x, const em_quant_schem
         for (int j = 0; j < EM_QBLOCK; j++)
             if (fabsf(x[j]) > amax) amax = fabsf(x[j]), v = x[j];
         float d = rq_round_scale(v / -8.0f, sdt);
-        float id = d != 0 ? 1.0f / d : 0.0f;
+        float id = rq_inv(d);
         rq_st_scale(blk, sdt, d);
         for (int j = 0; j < EM_QBLOCK; j++) q[j] = (int)rq_clampf(rintf(x[j] * id) + 8, 0, 15);
         qs = blk + sb;
@@ -119,7 +124,7 @@ static void rq_quantize_block(uint8_t *blk, const float *x, const em_quant_schem
         }
         float m = rq_round_scale(mn, sdt);
         float d = rq_round_scale((mx - mn) / 15.0f, sdt);
-        float id = d != 0 ? 1.0f / d : 0.0f;
+        float id = rq_inv(d);
         rq_st_scale(blk, sdt, d);
         rq_st_scale(blk + sb, sdt, m);
         for (int j = 0; j < EM_QBLOCK; j++)
@@ -216,15 +221,15 @@ em_status ref_qmatmul(void *ctx, const em_view *out, const em_view *a,
         for (int64_t kb = 0; kb < nb; kb++) {
             const int64_t k0 = kb * EM_QBLOCK, k1 = k0 + EM_QBLOCK < K ? k0 + EM_QBLOCK : K;
             if (!as) {
-                float amax = 0;
+                float amax = 0; /* a NaN stays: the block's d is NaN, its outputs too */
                 for (int64_t k = k0; k < k1; k++) {
                     float v = (float)ref_ld(a->buf, a->dtype, a->offset + m * a->strides[0] + k * a->strides[1]);
-                    amax = fabsf(v) > amax ? fabsf(v) : amax;
+                    amax = isnan(v) || fabsf(v) > amax ? fabsf(v) : amax;
                 }
-                float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+                float d = amax / 127.0f, id = rq_inv(d);
                 for (int64_t k = k0; k < k1; k++) {
                     float v = (float)ref_ld(a->buf, a->dtype, a->offset + m * a->strides[0] + k * a->strides[1]);
-                    qa[k] = (int8_t)rq_clampf(rintf(v * id), -127, 127);
+                    qa[k] = id != 0 ? (int8_t)rq_clampf(rintf(v * id), -127, 127) : 0;
                 }
                 da[kb] = d;
             } else {
