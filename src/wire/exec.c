@@ -309,9 +309,9 @@ static bool rs_why(char *why, size_t cap, const char *fmt, ...) {
 /* Scheme `which` of a quantized slot's call (quantize, dequantize: 0; qmatmul: 0 for a, 1 for
  * b) from its ints and doubles (wire.h: rw_scheme_put), checked as hostile input: a known
  * storage / kind pair; block kinds: f32 or f16 scales, blocks of 32, an axis below 8 (the
- * view's rank is checked with the view); per-tensor kinds: a scale that is an f32 > 0 whose
- * reciprocal is finite (the kernels multiply by it), a zero point in the storage's range (0
- * for symmetric). *s gets the fields its kind uses, the others 0. qmatmul's `as` may be
+ * view's rank is checked with the view); per-tensor kinds: a scale that is a finite f32 > 0
+ * (quantize's with a finite reciprocal: its kernel multiplies by 1 / scale, and the core
+ * gives it one of at least FLT_MIN), a zero point in the storage's range (0 for symmetric). *s gets the fields its kind uses, the others 0. qmatmul's `as` may be
  * absent (all zeros: *present false). False with a reason in why. */
 static bool rs_scheme_get(const rw_kernel *k, int which, em_quant_scheme *s, bool *present,
                           char *why, size_t cap) {
@@ -350,10 +350,11 @@ static bool rs_scheme_get(const rw_kernel *k, int which, em_quant_scheme *s, boo
         s->axis = (int32_t)I[5];
         return true;
     }
+    const bool inverted = k->slot == RW_K_QUANTIZE;
     if (!(scale > 0 && scale <= FLT_MAX) || (double)(float)scale != scale ||
-        !isfinite(1.0f / (float)scale))
-        return rs_why(why, cap, "%s: the scale must be an f32 > 0 with a finite reciprocal, got %g",
-                      name, scale);
+        (inverted && !isfinite(1.0f / (float)scale)))
+        return rs_why(why, cap, "%s: the scale must be a finite f32 > 0%s, got %g", name,
+                      inverted ? " with a finite reciprocal" : "", scale);
     const int64_t lo = s->kind == EM_QK_SYMMETRIC ? 0 : s->storage == EM_Q8 ? -128 : -8;
     const int64_t hi = s->kind == EM_QK_SYMMETRIC ? 0 : s->storage == EM_Q8 ? 127 : 7;
     if (I[2] < lo || I[2] > hi)
@@ -749,9 +750,9 @@ static em_status rs_check_norm(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_
     }
 }
 
-/* Every value of x (an f32 view) is finite: the int8 kernels convert x * (1 / d) to an
- * integer, which has no value for NaN or an infinity (the core refuses them before quantize;
- * a client's core is not trusted to have). Read through the backend when its memory is not
+/* Every value of x (an f32 view) is finite: quantize converts x * (1 / d) to an integer,
+ * which has no value for NaN or an infinity (the core refuses them before the call; a
+ * client's core is not trusted to have). Read through the backend when its memory is not
  * host memory. */
 static em_status rs_check_finite(rs_ctx *c, const em_view *x, const char *name) {
     const int64_t n = rs_numel_v(x);
@@ -797,8 +798,9 @@ static em_status rs_check_finite(rs_ctx *c, const em_view *x, const char *name) 
     return s;
 }
 
-/* The quantized slots' schemes, dtypes and shapes (backend.h), and the values their int8
- * kernels convert: quantize's x, and qmatmul's f32 a where it is quantized on the fly. */
+/* The quantized slots' schemes, dtypes and shapes (backend.h), and the values quantize
+ * converts (qmatmul's f32 a may hold anything: a block with a NaN or an infinity makes its
+ * row's outputs NaN, as backend.h says). */
 static em_status rs_check_quant(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX_VIEWS]) {
     em_quant_scheme s[2];
     bool p[2] = {false, false};
@@ -844,7 +846,6 @@ static em_status rs_check_quant(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX
         if (a->dtype != (p[0] ? rs_qdtype(&s[0]) : EM_F32))
             return rs_bad(c, EM_ERR_DTYPE, "a is %s where %s is needed", em_dtype_name(a->dtype),
                           em_dtype_name(p[0] ? rs_qdtype(&s[0]) : EM_F32));
-        const bool along_n = rs_qblocks(&s[1]) && s[1].axis == 1;
         if (p[0]) { /* the int8 product of two quantized operands */
             const bool ok_a = s[0].kind == EM_QK_SYMMETRIC ||
                               (s[0].kind == EM_QK_AFFINE && s[0].zero_point == 0) ||
@@ -857,10 +858,8 @@ static em_status rs_check_quant(rs_ctx *c, const rw_kernel *k, em_view *v[RW_MAX
                 return rs_bad(c, EM_ERR_ARG, "a quantized a needs a symmetric, zero-point-0 "
                               "affine or q8 block (along K) scheme, and b then a q8 one of those "
                               "(blocks along K)");
-            return EM_OK;
         }
-        /* an f32 a is quantized to int8 blocks unless b's blocks run along N */
-        return along_n ? EM_OK : rs_check_finite(c, a, "a");
+        return EM_OK;
     }
     default: return rs_bad(c, EM_ERR_ARG, "unknown slot");
     }
@@ -1199,10 +1198,10 @@ em_status rs_resolve_kernel(const rs_host *h, rs_lookup_fn lookup, void *conn,
         *mode = RS_SKIP;
         return EM_OK;
     }
-    /* index values (and the values the int8 kernels convert) change from run to run: those
-     * slots are checked at each one */
+    /* index values (and the values quantize converts) change from run to run: those slots
+     * are checked at each one */
     if (k->slot == RW_K_GATHER || k->slot == RW_K_INDEX_SELECT || k->slot == RW_K_SCATTER_ADD ||
-        k->slot == RW_K_QUANTIZE || k->slot == RW_K_QMATMUL) {
+        k->slot == RW_K_QUANTIZE) {
         *mode = RS_CHECKED;
         return EM_OK;
     }
