@@ -267,9 +267,21 @@ em_status emi_qread_all(const em_tensor *t, void **data, size_t *bytes) {
 
 /* ---- quantize, dequantize ---- */
 
-/* An untracked handle of x's value (ops on it record nothing). */
+/* An untracked handle of x's value on x's inner device: ops on it record nothing and make
+ * no leaves of an autodiff graph (what an op returns gets its node from emi_ad_end). */
 static em_status qs_alias(const em_tensor *x, em_tensor **out) {
-    return emi_view_tensor(x, x->v.shape, x->v.strides, x->v.rank, x->v.offset, out);
+    EMI_TRY(emi_view_tensor(x, x->v.shape, x->v.strides, x->v.rank, x->v.offset, out));
+    (*out)->dev.autodiff = false;
+    (*out)->dev.checkpointing = EM_CKPT_NONE;
+    (*out)->ckpt = EM_CKPT_NONE;
+    return EM_OK;
+}
+
+/* dev without autodiff. */
+static em_device qs_inner(em_device dev) {
+    dev.autodiff = false;
+    dev.checkpointing = EM_CKPT_NONE;
+    return dev;
 }
 
 /* *out = the double value of 0-d tensor op(x) (em_min / em_max). */
@@ -457,7 +469,7 @@ static em_status qs_matmul_slot(const char *fn, const em_tensor *a, const em_ten
     EMI_TRY(emi_need(fn, ops, ops->qmatmul != NULL, "qmatmul"));
     if (M == 0 || N == 0 || K == 0) {
         em_tensor *z;
-        EMI_TRY(emi_empty(fn, a->dev, odt, fs, fr, &z));
+        EMI_TRY(emi_empty(fn, qs_inner(a->dev), odt, fs, fr, &z));
         em_status s = emi_numel(fs, fr) ? z->st->ops->fill(z->st->ctx, &z->v, 0.0) : EM_OK;
         if (s != EM_OK) {
             em_tensor_release(z);
@@ -511,7 +523,7 @@ static em_status qs_matmul_slot(const char *fn, const em_tensor *a, const em_ten
         if (s == EM_OK) s = emi_input_view(fn, a2, &av, &tmp);
     }
     const int64_t os[2] = {M, N};
-    if (s == EM_OK) s = emi_empty(fn, a->dev, EM_F32, os, 2, &o);
+    if (s == EM_OK) s = emi_empty(fn, qs_inner(a->dev), EM_F32, os, 2, &o);
     if (s == EM_OK) s = ops->qmatmul(b->st->ctx, &o->v, &av, qa ? &as : NULL, &bv, &bs);
     if (s == EM_OK) s = em_reshape(o, fs, fr, &r);
     em_tensor_release(o);
