@@ -682,7 +682,10 @@ em_status em_log_softmax(const em_tensor *x, int dim, em_tensor **out);
  *     a's rows are quantized dynamically to int8 in blocks of 32 (q8 EM_QK_BLOCK, f32
  *     scales) and the product is an int8 one (as ggml and PyTorch's dynamic quantized Linear
  *     do; backend.h's qmatmul slot gives the arithmetic); otherwise it is a @ dequantize(b)
- *     in f32. Gradients flow to a as through a @ dequantize(b) (b is a constant).
+ *     in f32. Gradients flow to a (b is a constant) as g @ b^T, itself such a product: in
+ *     f32, exactly a @ dequantize(b)'s gradient, for a weight whose blocks run along the
+ *     reduction (the linear form); an int8 product (g's rows quantized) for per-tensor
+ *     weights and blocks along the output.
  *   - a quantized (1-d or 2-d) @ b float: the same through the transposes; the result has
  *     b's dtype.
  *   - a @ b both int8 quantized (q8 symmetric, or affine with zero point 0, or q8 blocks
