@@ -14,7 +14,8 @@
  *     terms differs); weights sliced (rows with a step, K at an offset), flipped, not
  *     transposed (per tensor: K a row of b), K not a multiple of 32 (per tensor); a
  *     transposed x; 1-d b; M = 130 at K = 4096 (several of the kernel's blocks of rows);
- *   - int8 a (symmetric, q8 blocks) @ int8 b, and weights blocked along N (case 2).
+ *   - int8 a (symmetric, q8 blocks) @ int8 b, and weights blocked along N (case 2);
+ *   - x with a NaN, an infinity (their rows NaN, as ref's) and a block of subnormals.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -224,6 +225,12 @@ static void compare_mm(const em_tensor *outr, const em_tensor *outc, const em_te
     OK(em_matmul(ax, aw, &bound));
     float *r = values(outr), *c = values(outc), *b = values(bound);
     for (int64_t i = 0; i < n; i++) {
+        if (isnan(r[i]) || isnan(c[i])) { /* a NaN or an infinity in x's row: NaN, as ref */
+            if (!(isnan(r[i]) && isnan(c[i])))
+                fail_msg("%s: element %lld: cpu %g, ref %g", what, (long long)i, (double)c[i],
+                         (double)r[i]);
+            continue;
+        }
         const float tol = 1e-5f * b[i] + 1e-6f;
         if (!(fabsf(r[i] - c[i]) <= tol))
             fail_msg("%s: element %lld: cpu %.9g, ref %.9g (tolerance %.3g)", what, (long long)i,
@@ -387,6 +394,27 @@ static void matmul_int8_and_case2(void **state) {
     }
 }
 
+/* a NaN and an infinity in x: their rows' outputs NaN, the others as ref's; a block of
+ * subnormal activations (d below FLT_MIN) quantizes to 0 */
+static void matmul_edges(void **state) {
+    (void)state;
+    char what[160];
+    for (int s = 0; s < NSCHEMES; s++) {
+        em_tensor *x = rnd((int64_t[]){5, 96}, 2, REFD, 94), *w = rnd((int64_t[]){11, 96}, 2, REFD, 95);
+        float xv[5 * 96];
+        OK(em_tensor_to_data(x, xv, sizeof xv));
+        xv[3] = NAN;
+        xv[96 + 40] = -INFINITY;
+        for (int i = 0; i < 32; i++) xv[3 * 96 + 32 + i] = (float)(i - 20) * 1e-41f;
+        em_tensor *xe, *wq;
+        OK(em_tensor_from_data(xv, EM_F32, (int64_t[]){5, 96}, 2, REFD, &xe));
+        OK(em_quantize_as(w, &SCHEMES[s].s, &wq));
+        snprintf(what, sizeof what, "%s: x with NaN, inf and subnormals @ W^T", SCHEMES[s].name);
+        run_mm(xe, wq, v_transpose, what);
+        em_tensor_release(x), em_tensor_release(w), em_tensor_release(xe), em_tensor_release(wq);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(kernels_and_level),
@@ -394,6 +422,7 @@ int main(void) {
         cmocka_unit_test(matmul_weights),
         cmocka_unit_test(matmul_views),
         cmocka_unit_test(matmul_int8_and_case2),
+        cmocka_unit_test(matmul_edges),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -14,6 +14,7 @@
  * The per-block terms are backend.h's; each tile sums them in its own order (f32), so results
  * match ref's within f32 rounding, not bit for bit. quantize and dequantize are ref's
  * arithmetic, bit for bit. */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -103,6 +104,12 @@ static inline int32_t round_clamp(float v, int32_t lo, int32_t hi) {
     return (int32_t)lrintf(v);
 }
 
+/* 1 / d, or 0 where d is 0, below FLT_MIN (1 / d would overflow) or not finite (an
+ * activation block holding a NaN or an infinity): q is then 0 (Q4_0: 8), as ref's. */
+static inline float inv_scale(float d) {
+    return isfinite(d) && fabsf(d) >= FLT_MIN ? 1.0f / d : 0.0f;
+}
+
 static inline float ld_scale(const uint8_t *p, bool f16) {
     if (f16) {
         uint16_t h;
@@ -138,14 +145,14 @@ static void quant_block(uint8_t *p, const float *x, const em_quant_scheme *s) {
     if (s->kind == EM_QK_BLOCK && s->storage == EM_Q8) {
         float amax = 0;
         for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
-        const float d = st_scale(p, amax / 127.0f, f16), id = d != 0 ? 1.0f / d : 0.0f;
+        const float d = st_scale(p, amax / 127.0f, f16), id = inv_scale(d);
         int8_t *q = (int8_t *)(p + sb);
         for (int i = 0; i < 32; i++) q[i] = (int8_t)round_clamp(x[i] * id, -127, 127);
     } else if (s->kind == EM_QK_BLOCK) { /* q4, Q4_0 */
         float v = 0, amax = 0;
         for (int i = 0; i < 32; i++)
             if (fabsf(x[i]) > amax) amax = fabsf(x[i]), v = x[i];
-        const float d = st_scale(p, v / -8.0f, f16), id = d != 0 ? 1.0f / d : 0.0f;
+        const float d = st_scale(p, v / -8.0f, f16), id = inv_scale(d);
         uint8_t *q = p + sb;
         for (int i = 0; i < 16; i++) {
             /* d = 0: id = 0, q = 8 (ref's nearbyint(0) + 8) */
@@ -156,7 +163,7 @@ static void quant_block(uint8_t *p, const float *x, const em_quant_scheme *s) {
     } else { /* Q4_1 */
         float mn = x[0], mx = x[0];
         for (int i = 1; i < 32; i++) mn = fminf(mn, x[i]), mx = fmaxf(mx, x[i]);
-        const float d = st_scale(p, (mx - mn) / 15.0f, f16), id = d != 0 ? 1.0f / d : 0.0f;
+        const float d = st_scale(p, (mx - mn) / 15.0f, f16), id = inv_scale(d);
         const float m = st_scale(p + sb, mn, f16);
         uint8_t *q = p + 2 * sb;
         for (int i = 0; i < 16; i++) {
@@ -351,11 +358,14 @@ static void pack_a_range(int64_t lo, int64_t hi, void *arg) {
                 const int64_t n = K - 32 * b < 32 ? K - 32 * b : 32;
                 float v[32];
                 for (int64_t i = 0; i < n; i++) v[i] = x[(32 * b + i) * sk];
+                /* a NaN stays (d NaN), as an infinity does (d inf): q = 0 then, and the
+                 * block's terms make the row's outputs NaN, as ref's */
                 float amax = 0;
-                for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(v[i]));
-                const float db = amax / 127.0f, id = db != 0 ? 1.0f / db : 0.0f;
+                for (int64_t i = 0; i < n; i++)
+                    amax = isnan(v[i]) || fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+                const float db = amax / 127.0f, id = inv_scale(db);
                 int32_t sum = 0;
-                if (db != 0)
+                if (id != 0)
                     for (int64_t i = 0; i < n; i++) {
                         const int32_t t = round_clamp(v[i] * id, -127, 127);
                         q[32 * b + i] = (int8_t)t;
