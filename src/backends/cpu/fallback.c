@@ -32,7 +32,8 @@ static const cpu_fb_case fb_cases[] = {
     [CPU_FB_SOFTMAX] = {"softmax", "none for float dtypes (every layout native); a dtype that "
                                    "is not float",
                         false, false},
-    [CPU_FB_MATMUL] = {"matmul", "quantized dtypes (q8/q4; the core does not multiply them)",
+    [CPU_FB_MATMUL] = {"matmul", "quantized dtypes (never sent: the core gives their "
+                                 "products to qmatmul)",
                        false, true},
     [CPU_FB_GATHER] = {"gather", "views of unequal rank, in and out of two dtypes, an index "
                                  "neither i64 nor i32 (none reach it from the core)",
