@@ -17,6 +17,7 @@
 #ifdef EMBER_WITH_CPU
 #include "backends/cpu/fallback.h"
 #include "backends/cpu/isa.h"
+#include "backends/cpu/quant.h"
 #endif
 #ifdef EMBER_HAVE_OPENBLAS
 char *openblas_get_config(void);
@@ -123,6 +124,9 @@ static void print_cpu(void) {
     char line[320];
     cpu_isa_describe(line, sizeof line);
     printf("cpu: isa %s\n", line);
+    const char *ql = getenv("EMBER_CPU_QUANT");
+    printf("cpu: quantized products (int8) %s%s%s%s\n", cpu_quant_level_name(cpu_quant_level()),
+           ql && *ql ? " (EMBER_CPU_QUANT=" : "", ql && *ql ? ql : "", ql && *ql ? ")" : "");
 #ifdef EMBER_HAVE_OPENBLAS
     const char *core = openblas_get_corename(), *env = getenv("OPENBLAS_CORETYPE");
     int cpu_threads(void);
