@@ -956,6 +956,113 @@ static void test_adam_step_call(void **state) {
     }
 }
 
+/* A hand-written graph-only unary_backward call (docs/graph-format.md): sin's fused gradient,
+ * gx = gy * cos(x), reading x (view 1; view 2, y, is null); both operands are inputs. */
+static const char UNARY_BW[] =
+    "{\"version\":1,"
+    "\"buffers\":[{\"bytes\":8,\"setup\":false,\"input\":0},"
+    "{\"bytes\":8,\"setup\":false,\"input\":1},{\"bytes\":8,\"setup\":false}],"
+    "\"setup\":[],"
+    "\"step\":[{\"type\":\"alloc\",\"buf\":0},{\"type\":\"alloc\",\"buf\":1},"
+    "{\"type\":\"alloc\",\"buf\":2},"
+    "{\"type\":\"kernel\",\"slot\":\"unary_backward\",\"sub\":7,"
+    "\"views\":[[2,\"f32\",[2],[1],0],[0,\"f32\",[2],[1],0],null,[1,\"f32\",[2],[1],0]],"
+    "\"doubles\":[0,0]}],"
+    "\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"view\":[0,\"f32\",[2],[1],0]},"
+    "{\"name\":\"gy\",\"dtype\":\"f32\",\"view\":[1,\"f32\",[2],[1],0]}],"
+    "\"outputs\":[{\"name\":\"gx\",\"dtype\":\"f32\",\"view\":[2,\"f32\",[2],[1],0]}],"
+    "\"states\":[]}";
+
+/* The hand-written sin gradient runs on ref and cpu (gy * cos x); then each hostile edit (an
+ * op without a fused gradient, x and y given the wrong way, shapes that differ, NaN clamp
+ * bounds) is refused when the call is checked, with a message saying why. */
+static void test_unary_backward_call(void **state) {
+    (void)state;
+    static const int64_t S2[1] = {2};
+    static const float X[2] = {0.5f, -2.0f}, GY[2] = {3.0f, 0.25f};
+    em_graph *g = NULL;
+    OK(load_json(UNARY_BW, "1", &g));
+    size_t len = 0;
+    uint8_t *f = make_file(UNARY_BW, "1", (const uint8_t *)HAND_C, sizeof HAND_C, &len);
+    seed_bytes(f, len, "unary_backward");
+    free(f);
+    const char *devs[2] = {"ref", "cpu"};
+    for (int d = 0; d < 2; d++) {
+        em_device dev;
+        if (em_device_parse(devs[d], &dev) != EM_OK) continue;
+        em_tensor *x = from(X, EM_F32, S2, 1, dev), *gy = from(GY, EM_F32, S2, 1, dev);
+        const em_tensor *in[2] = {x, gy};
+        em_tensor *out[1] = {NULL};
+        OK(em_graph_run(g, dev, in, 2, out, 1));
+        float gx[2];
+        OK(em_tensor_to_data(out[0], gx, sizeof gx));
+        for (int i = 0; i < 2; i++)
+            if (fabs((double)gx[i] - (double)GY[i] * cos((double)X[i])) > 1e-6)
+                fail_msg("%s: gx[%d] = %g, want %g", devs[d], i, (double)gx[i],
+                         (double)GY[i] * cos((double)X[i]));
+        em_tensor_release(out[0]);
+        em_tensor_release(x);
+        em_tensor_release(gy);
+    }
+    em_graph_release(g);
+    static const struct {
+        const char *from, *to, *why;
+        em_status s;
+    } bad[] = {
+        /* neg: no fused gradient */
+        {"\"sub\":7", "\"sub\":0", "no fused gradient", EM_ERR_ARG},
+        /* sin reads x: given as y instead */
+        {"[0,\"f32\",[2],[1],0],null,", "null,[0,\"f32\",[2],[1],0],", "reads x only",
+         EM_ERR_ARG},
+        /* tanh reads y: given x */
+        {"\"sub\":7", "\"sub\":9", "reads y only", EM_ERR_ARG},
+        /* both */
+        {"[0,\"f32\",[2],[1],0],null,", "[0,\"f32\",[2],[1],0],[0,\"f32\",[2],[1],0],",
+         "reads x only", EM_ERR_ARG},
+        {"[[2,\"f32\",[2],[1],0],[0,\"f32\",[2],[1],0]", "[[2,\"f32\",[1],[1],0],[0,\"f32\",[2],[1],0]",
+         "shapes differ", EM_ERR_SHAPE},
+        /* clamp (reads x) with NaN bounds */
+        {"\"sub\":7,\"views\"", "\"sub\":20,\"views\"", "", EM_OK},
+    };
+    em_device ref = dev_of("ref");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *j = replaced(UNARY_BW, bad[i].from, bad[i].to);
+        g = NULL;
+        OK(load_json(j, "1", &g));
+        em_exec *e = NULL;
+        em_status s = em_graph_prepare(g, ref, &e);
+        if (s != bad[i].s || (s != EM_OK && !strstr(em_last_error(), bad[i].why)))
+            fail_msg("edit %zu: %s (%s), expected %s about '%s'", i, em_status_name(s),
+                     em_last_error(), em_status_name(bad[i].s), bad[i].why);
+        em_exec_release(e);
+        em_graph_release(g);
+        free(j);
+    }
+    /* clamp's bounds: NaN is refused, infinite ones are bounds like any */
+    char *c = replaced(UNARY_BW, "\"sub\":7,\"views\"", "\"sub\":20,\"views\"");
+    static const char *const nan_bounds[] = {"[\"nan\",0]", "[0,\"nan\"]"};
+    for (int i = 0; i < 2; i++) {
+        char *j = replaced(c, "[0,0]", nan_bounds[i]);
+        g = NULL;
+        OK(load_json(j, "1", &g));
+        em_exec *e = NULL;
+        em_status s = em_graph_prepare(g, ref, &e);
+        if (s != EM_ERR_ARG || !strstr(em_last_error(), "NaN"))
+            fail_msg("clamp bounds %s: %s (%s)", nan_bounds[i], em_status_name(s), em_last_error());
+        em_exec_release(e);
+        em_graph_release(g);
+        free(j);
+    }
+    char *j = replaced(c, "[0,0]", "[\"-inf\",\"inf\"]");
+    OK(load_json(j, "1", &g));
+    em_exec *e = NULL;
+    OK(em_graph_prepare(g, ref, &e));
+    em_exec_release(e);
+    em_graph_release(g);
+    free(j);
+    free(c);
+}
+
 /* batch_norm (training, running statistics as state) and rms_norm: fused calls and their
  * compositions (alt steps); the loaded graph's runs are the recorded graph's, bit for bit, on
  * ref and cpu. */
@@ -1047,6 +1154,7 @@ int main(void) {
         cmocka_unit_test(test_small_graphs),
         cmocka_unit_test(test_training_step),
         cmocka_unit_test(test_adam_step_call),
+        cmocka_unit_test(test_unary_backward_call),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_save_errors),
     };
