@@ -249,6 +249,19 @@ static bool rs_hull(const rw_view *v, int64_t *lo, int64_t *hi, int64_t *numel) 
     return true;
 }
 
+/* The kernel view of wire view w (checked) over buffer buf. */
+static void rs_fill_view(em_view *out, const rw_view *w, void *buf) {
+    memset(out, 0, sizeof *out);
+    out->buf = buf;
+    out->dtype = w->dtype;
+    out->rank = w->rank;
+    out->offset = w->offset;
+    for (int d = 0; d < w->rank; d++) {
+        out->shape[d] = w->shape[d];
+        out->strides[d] = w->strides[d];
+    }
+}
+
 /* Resolves view i of k into an em_view on the hosted device, checking its bounds: a non-empty
  * view's every element inside the buffer, an empty one's offset at most the buffer's end.
  * *blo / *bhi: the bytes the view may touch ([0, 0) when empty). */
@@ -268,15 +281,7 @@ static em_status rs_view(rs_ctx *c, const rw_view *w, int i, em_view *out, int64
     if (!inside)
         return rs_bad(c, EM_ERR_ARG, "view %d reaches outside buffer %llu (%zu bytes)", i,
                       (unsigned long long)w->id, bytes);
-    memset(out, 0, sizeof *out);
-    out->buf = buf;
-    out->dtype = w->dtype;
-    out->rank = w->rank;
-    out->offset = w->offset;
-    for (int d = 0; d < w->rank; d++) {
-        out->shape[d] = w->shape[d];
-        out->strides[d] = w->strides[d];
-    }
+    rs_fill_view(out, w, buf);
     *blo = n > 0 ? lo * es : 0;
     *bhi = n > 0 ? (hi + 1) * es : 0;
     return EM_OK;
@@ -418,15 +423,7 @@ static em_status rs_block_view(rs_ctx *c, const rw_view *w, int i, const em_quan
     if (!ok)
         return rs_bad(c, EM_ERR_ARG, "view %d reaches outside buffer %llu (%zu bytes, blocks of "
                       "%lld bytes)", i, (unsigned long long)w->id, bytes, (long long)bb);
-    memset(out, 0, sizeof *out);
-    out->buf = buf;
-    out->dtype = w->dtype;
-    out->rank = w->rank;
-    out->offset = w->offset;
-    for (int d = 0; d < w->rank; d++) {
-        out->shape[d] = w->shape[d];
-        out->strides[d] = w->strides[d];
-    }
+    rs_fill_view(out, w, buf);
     *blo = n > 0 ? first : 0;
     *bhi = n > 0 ? end : 0;
     return EM_OK;
