@@ -423,11 +423,61 @@ typedef struct em_backend_ops {
                          const em_quant_scheme *bs);
 } em_backend_ops;
 
-/** Registers an out-of-tree backend (or replaces nothing: an id already taken is
- *  EM_ERR_STATE). EM_ERR_ARG when abi_version differs from EM_BACKEND_ABI_VERSION, the id is
- *  outside EM_BACKEND_EXTERNAL0..EM_BACKEND_MAX-1, or required slots (device_count, open,
- *  alloc, free, read, write, copy) are NULL. The table must outlive the process's use of it. */
+/** Registers an out-of-tree backend (or replaces nothing: an id already taken, or a name
+ *  already used, is EM_ERR_STATE). The id is one of EM_BACKEND_EXTERNAL0..EM_BACKEND_MAX-1, or
+ *  a built-in id that this build left out, registered under its own name (EM_BACKEND_TORCH as
+ *  "torch": how the torch plugin comes in). EM_ERR_ARG when abi_version differs from
+ *  EM_BACKEND_ABI_VERSION, the id is none of those, or required slots (device_count, open,
+ *  alloc, free, read, write; copy too unless caps has EM_CAP_HOST_MEMORY, which takes ref's)
+ *  are NULL. The table must outlive the process's use of it. */
 em_status em_backend_register(const em_backend_ops *ops);
+
+/* ---- plugins (docs/plugins.md) ----
+ * A plugin is a shared module (libember-NAME.so) that exports two C symbols:
+ *
+ *     const uint32_t ember_plugin_abi = EM_BACKEND_ABI_VERSION;
+ *     em_status ember_plugin_init(const em_plugin_host *host);
+ *
+ * (EM_PLUGIN_DEFINE_ABI writes the first.) ember reads ember_plugin_abi before anything else
+ * and refuses a module built for another ABI; then it calls ember_plugin_init once, which
+ * registers the module's backend(s) through host->backend_register and returns EM_OK, or
+ * sets a message with host->set_error and returns a status (then the module is unloaded: it
+ * must not have registered anything it leaves behind, so it registers last). A plugin does not
+ * link libember: it reaches ember only through `host`, so that it works with programs linked
+ * to either the shared or the static library. Its kernels report errors through
+ * host->set_error too (the same thread-local message as em_backend_set_error). */
+typedef struct em_plugin_host {
+    uint32_t abi_version; /* EM_BACKEND_ABI_VERSION of the library loading the plugin */
+    /** em_backend_register. */
+    em_status (*backend_register)(const em_backend_ops *ops);
+    /** Sets this thread's error message to msg (as is) and returns s. */
+    em_status (*set_error)(em_status s, const char *msg);
+    /** The first id of EM_BACKEND_EXTERNAL0..EM_BACKEND_MAX-1 no backend holds, or -1. */
+    int (*free_backend_id)(void);
+    /** em_backend_get: a plugin may call another backend's kernels (ref's, say). */
+    const em_backend_ops *(*backend_get)(em_backend b);
+} em_plugin_host;
+
+/** The signature of ember_plugin_init. */
+typedef em_status (*em_plugin_init_fn)(const em_plugin_host *host);
+
+#if defined(__GNUC__)
+#define EM_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define EM_PLUGIN_EXPORT
+#endif
+/** Defines the module's ABI symbol (write it once, at file scope, in the plugin). */
+#ifdef __cplusplus
+#define EM_PLUGIN_DEFINE_ABI()                                                                \
+    extern "C" {                                                                              \
+    EM_PLUGIN_EXPORT extern const uint32_t ember_plugin_abi;                                  \
+    }                                                                                         \
+    EM_PLUGIN_EXPORT const uint32_t ember_plugin_abi = EM_BACKEND_ABI_VERSION
+#else
+#define EM_PLUGIN_DEFINE_ABI()                                                                \
+    EM_PLUGIN_EXPORT extern const uint32_t ember_plugin_abi;                                  \
+    EM_PLUGIN_EXPORT const uint32_t ember_plugin_abi = EM_BACKEND_ABI_VERSION
+#endif
 
 /** The table the core routes a backend's calls through, or NULL when the backend is not
  *  registered. For a backend with EM_CAP_HOST_MEMORY, every kernel slot it left NULL is

@@ -217,9 +217,11 @@ typedef struct em_device {
     em_checkpointing checkpointing; /* meaningful when autodiff is true */
 } em_device;
 
-/** Parses "ref", "cpu", "cpu:0", "opencl:1", "remote:0", "capture", any of them followed by
- *  "+autodiff" or "+autodiff:balanced". EM_ERR_ARG for bad text, EM_ERR_DEVICE for a backend
- *  or index this build or machine does not have. */
+/** Parses "ref", "cpu", "cpu:0", "opencl:1", "remote:0", "capture", "torch", any of them
+ *  followed by "+autodiff" or "+autodiff:balanced". EM_ERR_ARG for bad text, EM_ERR_DEVICE for
+ *  a backend or index this build or machine does not have. A backend that is not registered
+ *  yet is looked for as a plugin (libember-NAME.so, see em_plugin_load) and loaded; when its
+ *  plugin fails, EM_ERR_DEVICE carries the plugin's message. */
 em_status em_device_parse(const char *text, em_device *out);
 
 /** Writes the text form of dev (NUL-terminated) into buf. EM_ERR_ARG if buf is NULL or cap is
@@ -231,7 +233,8 @@ bool em_device_equal(em_device a, em_device b);
 
 /** Writes up to cap devices that this build and machine can run into list; *count gets the
  *  total available (may exceed cap). list may be NULL when cap is 0. Order: best first is not
- *  promised; ref is always listed. */
+ *  promised; ref is always listed. Every plugin found and not yet loaded is loaded first (a
+ *  plugin that fails is left out; em_plugins says why). */
 em_status em_devices(em_device *list, size_t cap, size_t *count);
 
 /** The best available device, or the one named by the environment variable EMBER_DEVICE when
@@ -249,6 +252,42 @@ em_device em_device_inner(em_device dev);
 
 /** The name of a backend: "ref", "cpu", "opencl", ...; "?" if unknown. */
 const char *em_backend_name(em_backend b);
+
+/* ---- plugins: backends in shared modules, loaded at run time (docs/plugins.md) ----
+ * A backend with a heavy dependency (the torch backend, on LibTorch) is built as a shared
+ * module, libember-NAME.so, that ember loads when a program first asks for its device: parsing
+ * "NAME..." (em_device_parse), using a device of its backend id, or listing every device
+ * (em_devices). A program that never asks does not load it. The module is looked for, in this
+ * order, in the directories of the environment variable EMBER_PLUGIN_PATH (':'-separated, read
+ * once, at the first search), in the folder "ember" beside the library (or program) that holds
+ * ember's core, and in the install directory (<libdir>/ember). The first file found for a name
+ * is the one used. A module that is missing, is not a plugin, speaks another ABI or fails to
+ * initialize leaves its backend absent; its status and message are kept (em_plugins) and
+ * repeated by the call that asked for the device. */
+
+/** What ember knows of one plugin module. */
+typedef struct em_plugin_info {
+    char name[32];     /* the backend's name (from the file name libember-NAME.so, or the
+                          name of the backend it registered when loaded by path) */
+    char path[512];    /* the module's path */
+    bool loaded;       /* tried: status says how it went; false: found, not yet needed */
+    em_status status;  /* EM_OK: loaded and registered */
+    char message[384]; /* why it failed ("" when it did not) */
+} em_plugin_info;
+
+/** Loads the plugin module at `path` now and registers the backends it holds. Loading the same
+ *  file again is EM_OK (it is loaded once). Errors: EM_ERR_ARG (NULL or empty path),
+ *  EM_ERR_IO (no such file, or the dynamic loader refuses it: its message says why, e.g. a
+ *  library it needs is missing), EM_ERR_UNSUPPORTED (not an ember plugin: it lacks
+ *  ember_plugin_init / ember_plugin_abi; or it was built for another EM_BACKEND_ABI_VERSION,
+ *  both numbers named), or the status its initialization returned (with its message). A
+ *  module that failed is unloaded; nothing of it stays registered. */
+em_status em_plugin_load(const char *path);
+
+/** Writes up to cap entries for the plugin modules found so far (searching the directories
+ *  if that was not done yet; nothing is loaded by this call) into list; *count gets how many
+ *  there are. list may be NULL when cap is 0. EM_ERR_ARG for a NULL count. */
+em_status em_plugins(em_plugin_info *list, size_t cap, size_t *count);
 
 /* ======================================================================================
  * 4. Tensors

@@ -50,7 +50,7 @@ static bool assign_can_take(const em_tensor *dst, const em_tensor *src) {
     const emi_storage *a = dst->st, *b = src->st;
     /* a captured graph keeps each state in the buffer it started in (its runs read it there
      * next time): the values are copied */
-    return a != b && a->ops == b->ops && a->ops->id != EM_BACKEND_CAPTURE && a->ctx == b->ctx && a->bytes == b->bytes &&
+    return a != b && !a->base && !b->base && a->ops == b->ops && a->ops->id != EM_BACKEND_CAPTURE && a->ctx == b->ctx && a->bytes == b->bytes &&
            atomic_load_explicit(&src->refs, memory_order_acquire) == 1 &&
            atomic_load_explicit(&b->refs, memory_order_acquire) == 1 &&
            atomic_load_explicit(&a->refs, memory_order_acquire) == 1 && dst->v.offset == 0 &&

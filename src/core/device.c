@@ -12,6 +12,11 @@ static const char *const emi_builtin_names[] = {
     [EM_BACKEND_REMOTE] = "remote", [EM_BACKEND_CAPTURE] = "capture",
 };
 
+const char *emi_builtin_backend_name(em_backend b) {
+    if ((int)b >= 0 && (int)b <= EM_BACKEND_CAPTURE) return emi_builtin_names[b];
+    return NULL;
+}
+
 const char *em_backend_name(em_backend b) {
     const em_backend_ops *o = em_backend_get(b);
     if (o) return o->name;
@@ -86,6 +91,15 @@ em_status em_device_name(em_device dev, char *buf, size_t cap) {
     return EM_OK;
 }
 
+/* The backend (registered or built-in) named by the n bytes at name, or -1. */
+static int emi_backend_by_name(const char *name, size_t n) {
+    for (int b = 0; b < EM_BACKEND_MAX; b++) {
+        const char *nm = em_backend_name((em_backend)b);
+        if (strcmp(nm, "?") != 0 && strlen(nm) == n && strncmp(nm, name, n) == 0) return b;
+    }
+    return -1;
+}
+
 em_status em_device_parse(const char *text, em_device *out) {
     static const char fn[] = "em_device_parse";
     if (!text) return emi_fail(EM_ERR_ARG, "%s: text is NULL", fn);
@@ -97,16 +111,20 @@ em_status em_device_parse(const char *text, em_device *out) {
     size_t nlen = 0;
     while (p[nlen] && (isalnum((unsigned char)p[nlen]) || p[nlen] == '_')) nlen++;
     if (nlen == 0) return emi_fail(EM_ERR_ARG, "%s: '%s' is not a device", fn, text);
-    int found = -1;
-    for (int b = 0; b < EM_BACKEND_MAX; b++) {
-        const char *nm = em_backend_name((em_backend)b);
-        if (strcmp(nm, "?") != 0 && strlen(nm) == nlen && strncmp(nm, p, nlen) == 0) {
-            found = b;
-            break;
-        }
+    int found = emi_backend_by_name(p, nlen);
+    if (found < 0) {
+        /* Not registered: an out-of-tree backend's plugin (libember-NAME.so) may have it. */
+        bool absent;
+        em_status ps = emi_plugin_autoload(p, nlen, &absent);
+        if (ps == EM_OK) found = emi_backend_by_name(p, nlen);
+        else if (absent)
+            return emi_fail(EM_ERR_ARG, "%s: '%s': unknown backend '%.*s'", fn, text, (int)nlen, p);
+        else
+            return emi_fail(EM_ERR_DEVICE, "%s: '%s': %s", fn, text, em_last_error());
+        if (found < 0)
+            return emi_fail(EM_ERR_DEVICE, "%s: '%s': its plugin registered no backend '%.*s'",
+                            fn, text, (int)nlen, p);
     }
-    if (found < 0)
-        return emi_fail(EM_ERR_ARG, "%s: '%s': unknown backend '%.*s'", fn, text, (int)nlen, p);
     d.backend = (em_backend)found;
     p += nlen;
     if (*p == ':') {
@@ -137,6 +155,15 @@ em_status em_device_parse(const char *text, em_device *out) {
     }
     if (*p) return emi_fail(EM_ERR_ARG, "%s: '%s': unexpected '%s'", fn, text, p);
     const em_backend_ops *o = em_backend_get(d.backend);
+    if (!o) {
+        /* A built-in backend this build left out may come as a plugin. */
+        const char *nm = em_backend_name(d.backend);
+        bool absent;
+        if (emi_plugin_autoload(nm, strlen(nm), &absent) == EM_OK) o = em_backend_get(d.backend);
+        else if (!absent)
+            return emi_fail(EM_ERR_DEVICE, "%s: '%s': the %s backend is not in this build, and %s",
+                            fn, text, nm, em_last_error());
+    }
     if (!o)
         return emi_fail(EM_ERR_DEVICE, "%s: '%s': the %s backend is not in this build", fn, text,
                         em_backend_name(d.backend));
@@ -152,6 +179,7 @@ em_status em_devices(em_device *list, size_t cap, size_t *count) {
     static const char fn[] = "em_devices";
     if (!count) return emi_fail(EM_ERR_ARG, "%s: count is NULL", fn);
     if (cap > 0 && !list) return emi_fail(EM_ERR_ARG, "%s: list is NULL with cap %zu", fn, cap);
+    emi_plugin_load_all();
     size_t n = 0;
     for (int b = 0; b < EM_BACKEND_MAX; b++) {
         const em_backend_ops *o = em_backend_get((em_backend)b);

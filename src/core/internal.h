@@ -24,6 +24,9 @@ typedef struct emi_storage {
     void *ctx;
     void *buf;
     size_t bytes;
+    /* Set for a buffer borrowed from another host-memory backend's storage (em_to_device
+     * between two such backends copies nothing): buf is base->buf, freeing drops base. */
+    struct emi_storage *base;
 } emi_storage;
 
 /* In sanitizer builds released handles are not recycled (see src/core/tensor.c), so that
@@ -228,6 +231,10 @@ em_status emi_empty(const char *fn, em_device dev, em_dtype dt, const int64_t *s
 
 /** A new tensor sharing base's storage with the given view geometry (shape/strides/offset in
  *  elements). Inherits dtype, device and tracking of base. */
+/** A tensor on dev (a host-memory backend) over t's buffer, with t's view: no copy. The
+ *  source storage stays alive while the new one does; neither can be mutated in place while
+ *  the other stands. t's backend must have EM_CAP_HOST_MEMORY too. */
+em_status emi_borrow_tensor(const char *fn, const em_tensor *t, em_device dev, em_tensor **out);
 em_status emi_view_tensor(const em_tensor *base, const int64_t *shape, const int64_t *strides,
                           int rank, int64_t offset, em_tensor **out);
 
@@ -334,6 +341,16 @@ em_status emi_share(const em_tensor *t, em_tensor **out);
 void emi_ad_share(em_tensor *v, const em_tensor *t);
 /** Thread-safe retain / release of storage. */
 void emi_storage_release(emi_storage *st);
+
+/* ---- plugins (src/core/plugin.c) ---- */
+/** The name a built-in backend id has ("torch" for EM_BACKEND_TORCH), or NULL. */
+const char *emi_builtin_backend_name(em_backend b);
+/** Loads the plugin of backend `name` (n bytes) when one was found and is not loaded yet.
+ *  EM_OK once it is registered; else its status and message (*absent set when there is no
+ *  such plugin: EM_ERR_DEVICE, naming the directories searched). */
+em_status emi_plugin_autoload(const char *name, size_t n, bool *absent);
+/** Loads every plugin found and not loaded yet (failures are recorded, not returned). */
+void emi_plugin_load_all(void);
 /** Hands the tiny buffers this thread's block cache keeps back to their backends (tensor.c):
  *  em_device_memory then counts only what tensors hold. */
 void emi_tensor_cache_drain(void);

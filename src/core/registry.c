@@ -50,6 +50,7 @@ static void emi_install(const em_backend_ops *ops) {
 #define EMI_FILL(slot)                                                                        \
     if (!m->slot) m->slot = ref->slot;
         EMI_KERNEL_SLOTS(EMI_FILL)
+        EMI_FILL(copy)
 #undef EMI_FILL
         route = m;
     }
@@ -90,15 +91,22 @@ em_status em_backend_register(const em_backend_ops *ops) {
     if (ops->abi_version != EM_BACKEND_ABI_VERSION)
         return emi_fail(EM_ERR_ARG, "%s: ABI version %u, this library speaks %u", fn,
                         ops->abi_version, EM_BACKEND_ABI_VERSION);
-    if ((int)ops->id < EM_BACKEND_EXTERNAL0 || (int)ops->id >= EM_BACKEND_MAX)
-        return emi_fail(EM_ERR_ARG, "%s: id %d outside %d..%d", fn, (int)ops->id,
-                        EM_BACKEND_EXTERNAL0, EM_BACKEND_MAX - 1);
     if (!ops->name || !ops->name[0] || !ops->device_count || !ops->open || !ops->alloc ||
-        !ops->free || !ops->read || !ops->write || !ops->copy)
+        !ops->free || !ops->read || !ops->write ||
+        (!ops->copy && !(ops->caps & EM_CAP_HOST_MEMORY)))
         return emi_fail(EM_ERR_ARG,
                         "%s: name, device_count, open, alloc, free, read, write and copy are "
-                        "required",
+                        "required (copy may be NULL with EM_CAP_HOST_MEMORY)",
                         fn);
+    /* A built-in id this build left out may be registered under its own name (a plugin). */
+    bool builtin = (int)ops->id >= 0 && (int)ops->id < EM_BACKEND_EXTERNAL0 &&
+                   emi_builtin_backend_name(ops->id) &&
+                   strcmp(emi_builtin_backend_name(ops->id), ops->name) == 0;
+    if (!builtin && ((int)ops->id < EM_BACKEND_EXTERNAL0 || (int)ops->id >= EM_BACKEND_MAX))
+        return emi_fail(EM_ERR_ARG,
+                        "%s: id %d is outside %d..%d and is not a built-in id registered under "
+                        "its name",
+                        fn, (int)ops->id, EM_BACKEND_EXTERNAL0, EM_BACKEND_MAX - 1);
     pthread_mutex_lock(&emi_reg_lock);
     em_status s = EM_OK;
     for (int i = 0; i < EM_BACKEND_MAX && s == EM_OK; i++) {
@@ -115,6 +123,15 @@ em_status em_backend_register(const em_backend_ops *ops) {
 em_status emi_backend_slow(em_device dev, const em_backend_ops **ops, void **ctx) {
     pthread_once(&emi_reg_once, emi_reg_init);
     const em_backend_ops *o = em_backend_get(dev.backend);
+    if (!o && emi_builtin_backend_name(dev.backend)) {
+        /* A built-in backend this build left out may come as a plugin. */
+        const char *name = emi_builtin_backend_name(dev.backend);
+        bool absent;
+        em_status s = emi_plugin_autoload(name, strlen(name), &absent);
+        if (s != EM_OK) return emi_fail(EM_ERR_DEVICE, "the %s backend is not in this build: %s",
+                                        name, em_last_error());
+        o = em_backend_get(dev.backend);
+    }
     if (!o) return emi_fail(EM_ERR_DEVICE, "backend %d is not in this build", (int)dev.backend);
     if (dev.index < 0 || dev.index >= EMI_MAX_DEVICES)
         return emi_fail(EM_ERR_DEVICE, "device %s:%d is not present", o->name, dev.index);

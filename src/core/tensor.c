@@ -54,6 +54,19 @@ static void emi_block_destroy(emi_block *b) {
     free(b);
 }
 
+/* Hands a storage's buffer back: to its backend, or, when borrowed, to the storage it came
+ * from. */
+static void emi_storage_free_buf(emi_storage *st) {
+    if (st->base) {
+        emi_storage *base = st->base;
+        st->base = NULL;
+        st->buf = NULL;
+        emi_storage_release(base);
+    } else if (st->buf) {
+        st->ops->free(st->ctx, st->buf);
+    }
+}
+
 static void emi_cache_drain(void *unused) {
     (void)unused;
     while (emi_cache.head) {
@@ -124,7 +137,7 @@ static void emi_block_drop(emi_block *b) {
 void emi_storage_release(emi_storage *st) {
     if (!st) return;
     if (!emi_dec_is_last(&st->refs)) return;
-    if (st->buf) st->ops->free(st->ctx, st->buf);
+    emi_storage_free_buf(st);
     emi_block_drop((emi_block *)((char *)st - offsetof(emi_block, st)));
 }
 
@@ -146,11 +159,11 @@ static __attribute__((noinline)) void emi_tensor_free_slow(em_tensor *t) {
     if (&own->t == t) {
         if (atomic_load_explicit(&st->refs, memory_order_acquire) == 1) {
             /* No view shares the storage: tensor, storage and block go together. */
-            if (st->bytes <= EMI_TINY_BYTES && st->ops->id != EM_BACKEND_CAPTURE) {
+            if (st->bytes <= EMI_TINY_BYTES && st->ops->id != EM_BACKEND_CAPTURE && !st->base) {
                 emi_block_cache_put(own, st->buf, st->bytes ? st->bytes : 1);
                 return;
             }
-            st->ops->free(st->ctx, st->buf);
+            emi_storage_free_buf(st);
             emi_block_free(own);
             return;
         }
@@ -175,7 +188,7 @@ void em_tensor_release(em_tensor *t) {
     emi_storage *st = t->st;
     emi_block *own = (emi_block *)((char *)st - offsetof(emi_block, st));
     /* The tiny-op case: an untracked tensor alone on its block's tiny buffer. */
-    if (!t->ad && &own->t == t && st->bytes <= EMI_TINY_BYTES &&
+    if (!t->ad && &own->t == t && st->bytes <= EMI_TINY_BYTES && !st->base &&
         st->ops->id != EM_BACKEND_CAPTURE && atomic_load_explicit(&st->refs, memory_order_acquire) == 1) {
         emi_block_cache_put(own, st->buf, st->bytes ? st->bytes : 1);
         return;
@@ -225,6 +238,7 @@ em_status emi_empty(const char *fn, em_device dev, em_dtype dt, const int64_t *s
     b->st.ctx = ctx;
     b->st.buf = buf;
     b->st.bytes = bytes;
+    b->st.base = NULL;
     em_tensor *t = &b->t;
     atomic_init(&t->refs, 1);
     t->magic = EMI_TENSOR_LIVE;
@@ -433,8 +447,43 @@ em_kind em_tensor_kind(const em_tensor *t) {
 
 bool em_tensor_can_mut(const em_tensor *t) {
     EMI_META("em_tensor_can_mut", t, false);
+    /* A borrowed buffer is this handle's alone once the storage it came from has no other
+     * holder. */
     return atomic_load_explicit(&t->refs, memory_order_acquire) == 1 &&
-           atomic_load_explicit(&t->st->refs, memory_order_acquire) == 1;
+           atomic_load_explicit(&t->st->refs, memory_order_acquire) == 1 &&
+           (!t->st->base || atomic_load_explicit(&t->st->base->refs, memory_order_acquire) == 1);
+}
+
+em_status emi_borrow_tensor(const char *fn, const em_tensor *t, em_device dev, em_tensor **out) {
+    const em_backend_ops *ops;
+    void *ctx;
+    em_status s = emi_backend(dev, &ops, &ctx);
+    if (s != EM_OK) return emi_fail_prefixed(s, fn);
+    emi_block *b = malloc(sizeof *b);
+    if (!b) return emi_fail(EM_ERR_NOMEM, "%s: out of memory", fn);
+    emi_storage *src = t->st->base ? t->st->base : t->st; /* never a chain */
+    atomic_fetch_add_explicit(&src->refs, 1, memory_order_relaxed);
+    atomic_init(&b->live, 2);
+    atomic_init(&b->st.refs, 1);
+    b->st.ops = ops;
+    b->st.ctx = ctx;
+    b->st.buf = src->buf;
+    b->st.bytes = src->bytes;
+    b->st.base = src;
+    b->cap = 0;
+    b->next_free = NULL;
+    em_tensor *o = &b->t;
+    *o = *t;
+    atomic_init(&o->refs, 1);
+    o->magic = EMI_TENSOR_LIVE;
+    o->st = &b->st;
+    o->dev = dev;
+    o->ckpt = EM_CKPT_NONE;
+    o->ad = NULL;
+    o->scope_ix = 0;
+    if (emi_scope_on) emi_scope_register(o);
+    *out = o;
+    return EM_OK;
 }
 
 bool em_tensor_is_contiguous(const em_tensor *t) {

@@ -279,6 +279,11 @@ em_status em_to_device(const em_tensor *t, em_device dev, em_tensor **out) {
     if (t->dev.backend == dev.backend && t->dev.index == dev.index) {
         /* Same memory, another autodiff wrapping: a view over the same storage. */
         EMI_TRY(emi_view_tensor(t, t->v.shape, t->v.strides, t->v.rank, t->v.offset, &o));
+    } else if ((t->st->ops->caps & EM_CAP_HOST_MEMORY) &&
+               (em_backend_get(dev.backend)->caps & EM_CAP_HOST_MEMORY) &&
+               dev.backend != EM_BACKEND_CAPTURE && t->st->ops->id != EM_BACKEND_CAPTURE) {
+        /* Both sides keep their buffers in host memory: the new tensor reads t's. */
+        EMI_TRY(emi_borrow_tensor(fn, t, dev, &o));
     } else if (emi_qblocked(t)) {
         EMI_TRY(emi_qclone(fn, t, dev, &o));
     } else {
