@@ -468,11 +468,9 @@ typedef em_status (*em_plugin_init_fn)(const em_plugin_host *host);
 #endif
 /** Defines the module's ABI symbol (write it once, at file scope, in the plugin). */
 #ifdef __cplusplus
+/* extern "C" without braces makes this a definition with external (C) linkage */
 #define EM_PLUGIN_DEFINE_ABI()                                                                \
-    extern "C" {                                                                              \
-    EM_PLUGIN_EXPORT extern const uint32_t ember_plugin_abi;                                  \
-    }                                                                                         \
-    EM_PLUGIN_EXPORT const uint32_t ember_plugin_abi = EM_BACKEND_ABI_VERSION
+    extern "C" EM_PLUGIN_EXPORT const uint32_t ember_plugin_abi = EM_BACKEND_ABI_VERSION
 #else
 #define EM_PLUGIN_DEFINE_ABI()                                                                \
     EM_PLUGIN_EXPORT extern const uint32_t ember_plugin_abi;                                  \

@@ -160,9 +160,10 @@ em_status em_device_parse(const char *text, em_device *out) {
         const char *nm = em_backend_name(d.backend);
         bool absent;
         if (emi_plugin_autoload(nm, strlen(nm), &absent) == EM_OK) o = em_backend_get(d.backend);
-        else if (!absent)
-            return emi_fail(EM_ERR_DEVICE, "%s: '%s': the %s backend is not in this build, and %s",
-                            fn, text, nm, em_last_error());
+        else
+            return emi_fail(EM_ERR_DEVICE, "%s: '%s': the %s backend is not in this build%s %s%s",
+                            fn, text, nm, absent ? " (" : ", and", em_last_error(),
+                            absent ? ")" : "");
     }
     if (!o)
         return emi_fail(EM_ERR_DEVICE, "%s: '%s': the %s backend is not in this build", fn, text,

@@ -501,12 +501,23 @@ int main(int argc, char **argv) {
         if (em_device_autodiff(found[d], EM_CKPT_BALANCED, &devs[ndev]) == EM_OK) ndev++;
     }
     printf("conformance: devices:");
+    bool only_found = !only_dev;
     for (size_t d = 0; d < ndev; d++) {
         char nm[64];
         em_device_name(devs[d], nm, sizeof nm);
         printf(" %s", nm);
+        if (only_dev && strcmp(only_dev, nm) == 0) only_found = true;
     }
     printf("\n");
+    if (!only_found) {
+        /* a run that checks nothing must not pass */
+        em_device probe;
+        fprintf(stderr, "conformance: --device %s: no such device here%s%s\n", only_dev,
+                em_device_parse(only_dev, &probe) != EM_OK ? ": " : "",
+                em_device_parse(only_dev, &probe) != EM_OK ? em_last_error() : "");
+        fclose(f);
+        return 2;
+    }
     em_device ref = {EM_BACKEND_REF, 0, false, EM_CKPT_NONE};
 
     /* --capture: where each case's graph goes through a file */
