@@ -119,8 +119,11 @@ em_status em_device_parse(const char *text, em_device *out) {
         if (ps == EM_OK) found = emi_backend_by_name(p, nlen);
         else if (absent)
             return emi_fail(EM_ERR_ARG, "%s: '%s': unknown backend '%.*s'", fn, text, (int)nlen, p);
-        else
-            return emi_fail(EM_ERR_DEVICE, "%s: '%s': %s", fn, text, em_last_error());
+        else {
+            char why[1280];
+            snprintf(why, sizeof why, "%s", em_last_error());
+            return emi_fail(EM_ERR_DEVICE, "%s: '%s': %s", fn, text, why);
+        }
         if (found < 0)
             return emi_fail(EM_ERR_DEVICE, "%s: '%s': its plugin registered no backend '%.*s'",
                             fn, text, (int)nlen, p);
@@ -159,11 +162,14 @@ em_status em_device_parse(const char *text, em_device *out) {
         /* A built-in backend this build left out may come as a plugin. */
         const char *nm = em_backend_name(d.backend);
         bool absent;
-        if (emi_plugin_autoload(nm, strlen(nm), &absent) == EM_OK) o = em_backend_get(d.backend);
-        else
-            return emi_fail(EM_ERR_DEVICE, "%s: '%s': the %s backend is not in this build%s %s%s",
-                            fn, text, nm, absent ? " (" : ", and", em_last_error(),
-                            absent ? ")" : "");
+        if (emi_plugin_autoload(nm, strlen(nm), &absent) == EM_OK) {
+            o = em_backend_get(d.backend);
+        } else {
+            char why[1280];
+            snprintf(why, sizeof why, "%s", em_last_error());
+            return emi_fail(EM_ERR_DEVICE, "%s: '%s': the %s backend is not in this build%s%s%s",
+                            fn, text, nm, absent ? " (" : ", and ", why, absent ? ")" : "");
+        }
     }
     if (!o)
         return emi_fail(EM_ERR_DEVICE, "%s: '%s': the %s backend is not in this build", fn, text,

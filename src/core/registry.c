@@ -1,6 +1,7 @@
 /* registry.c — the table of backends and their per-device contexts. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/internal.h"
@@ -128,8 +129,11 @@ em_status emi_backend_slow(em_device dev, const em_backend_ops **ops, void **ctx
         const char *name = emi_builtin_backend_name(dev.backend);
         bool absent;
         em_status s = emi_plugin_autoload(name, strlen(name), &absent);
-        if (s != EM_OK) return emi_fail(EM_ERR_DEVICE, "the %s backend is not in this build: %s",
-                                        name, em_last_error());
+        if (s != EM_OK) {
+            char why[1280];
+            snprintf(why, sizeof why, "%s", em_last_error());
+            return emi_fail(EM_ERR_DEVICE, "the %s backend is not in this build: %s", name, why);
+        }
         o = em_backend_get(dev.backend);
     }
     if (!o) return emi_fail(EM_ERR_DEVICE, "backend %d is not in this build", (int)dev.backend);
