@@ -170,7 +170,26 @@ int main(int argc, char **argv) {
     }
     printf("ember %s (backend ABI %u)\n\n", em_version(), EM_BACKEND_ABI_VERSION);
 
-    printf("Backends compiled in:\n");
+    /* every plugin found is loaded (em_devices does), so that its backend is listed below */
+    size_t count = 0;
+    if (em_devices(NULL, 0, &count) != EM_OK) {
+        fprintf(stderr, "ember-info: em_devices: %s\n", em_last_error());
+        return 1;
+    }
+    size_t nplug = 0;
+    em_plugin_info plugs[32];
+    if (em_plugins(plugs, 32, &nplug) != EM_OK) nplug = 0;
+    printf("Plugins (%zu; searched in EMBER_PLUGIN_PATH, <lib>/ember, the install dir):\n", nplug);
+    for (size_t i = 0; i < nplug && i < 32; i++) {
+        const em_plugin_info *p = &plugs[i];
+        printf("  %-10s %s\n", p->name[0] ? p->name : "?", p->path);
+        if (!p->loaded) printf("    not loaded\n");
+        else if (p->status == EM_OK) printf("    loaded\n");
+        else printf("    FAILED (%s): %s\n", em_status_name(p->status), p->message);
+    }
+    printf("\n");
+
+    printf("Backends (built in, or from plugins):\n");
     int compiled = 0;
     for (int b = 0; b < EM_BACKEND_MAX; b++) {
         const em_backend_ops *o = em_backend_get_native((em_backend)b);
@@ -185,11 +204,6 @@ int main(int argc, char **argv) {
     print_cpu();
     print_cpu_fallbacks();
 
-    size_t count = 0;
-    if (em_devices(NULL, 0, &count) != EM_OK) {
-        fprintf(stderr, "ember-info: em_devices: %s\n", em_last_error());
-        return 1;
-    }
     em_device *list = calloc(count ? count : 1, sizeof *list);
     if (!list || em_devices(list, count, &count) != EM_OK) {
         fprintf(stderr, "ember-info: em_devices: %s\n", em_last_error());
