@@ -17,16 +17,20 @@
 #   libsodium-dev                          the remote backend: HMAC-SHA256 challenge-response
 #   graphviz                               dot: renders ember-graph --dot's pictures of captured
 #                                          graphs (test_graph_show renders its own with it)
+#   libtorch-dev                           LibTorch (PyTorch's C++ core): the torch backend, a
+#                                          plugin (libember-torch.so) whose kernels are ATen's;
+#                                          the tests run the whole table on it. Large (~1 GB)
 #
-# With --bench it also installs what bench/ compares against: python3-torch (PyTorch) and
-# libtorch-dev (its C++ API, for at::add). Large; the tests do not need them.
+# With --bench it also installs what bench/ compares against: python3-torch (PyTorch). Large;
+# the tests do not need it.
 set -euo pipefail
 
 packages=(cmake ninja-build gcc g++ clang libclang-rt-dev pkg-config libopenblas-dev libcmocka-dev
           python3-numpy libcjson-dev zlib1g-dev dataset-fashion-mnist
-          ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libsodium-dev graphviz)
+          ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libsodium-dev graphviz
+          libtorch-dev)
 if [ "${1:-}" = "--bench" ]; then
-    packages+=(python3-torch libtorch-dev)
+    packages+=(python3-torch)
 fi
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

@@ -51,6 +51,10 @@ static const bench_cmd COMMANDS[] = {
     {"quant", "[--rounds 3] [--k 4096] [--n 4096]",
      "cpu: x @ W^T with W in q8 / q4 blocks vs OpenBLAS sgemm (f32 W), m = 1 .. 512; int8 peak",
      bench_quant},
+    {"torch", "[--rounds 5]",
+     "the torch plugin: em_add latency vs at::add called directly; matmul, conv2d, softmax\n"
+     "               throughput of torch vs cpu",
+     bench_torch},
 #ifdef EMBER_WITH_REMOTE /* remote (issue 7) */
     {"remote", "[--mb 64] [--rounds 5] [--ops 20000] [--device cpu]",
      "remote on loopback: round trips, pipelined ops, bulk MB/s vs raw TCP (goal >= 0.8)",

@@ -21,5 +21,6 @@ int bench_opencl(int argc, char **argv); /* opencl.c */
 int bench_remote(int argc, char **argv); /* remote.c (issue 7), with EMBER_WITH_REMOTE */
 int bench_graph(int argc, char **argv);  /* graph.c: captured graphs */
 int bench_quant(int argc, char **argv);  /* quant.c: quantized matmul vs sgemm (issue 17) */
+int bench_torch(int argc, char **argv);  /* torch.c: the torch plugin vs at::add and cpu */
 
 #endif

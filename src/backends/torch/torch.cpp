@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -375,4 +376,33 @@ extern "C" EM_PLUGIN_EXPORT em_status ember_plugin_init(const em_plugin_host *h)
         return emt::from_exception("init", std::current_exception());
     }
     return h->backend_register(&o);
+}
+
+/* ---- a baseline for `ember-bench torch` ----
+ * ns per at::add of two 1-element f32 tensors called straight from C++ (out_form 0: at::add,
+ * which allocates its result; 1: at::add_out into a preallocated one), in c10::InferenceMode as
+ * the backend's kernels run, over `iters` calls. What the benchmark compares em_add on torch
+ * against: the cost of ember's dispatch on top of ATen's. */
+extern "C" EM_PLUGIN_EXPORT double ember_torch_bench_add_ns(int64_t iters, int out_form) {
+    try {
+        c10::InferenceMode guard;
+        at::Tensor a = at::ones({1}, at::kFloat), b = at::ones({1}, at::kFloat);
+        at::Tensor out = at::empty({1}, at::kFloat);
+        for (int i = 0; i < 100; i++) at::add_out(out, a, b); /* warm-up */
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (out_form) {
+            for (int64_t i = 0; i < iters; i++) at::add_out(out, a, b);
+        } else {
+            for (int64_t i = 0; i < iters; i++) {
+                at::Tensor r = at::add(a, b);
+                (void)r;
+            }
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ns = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+        return iters > 0 ? ns / (double)iters : 0.0;
+    } catch (...) {
+        return -1.0;
+    }
 }
