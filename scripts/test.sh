@@ -70,13 +70,13 @@ if /usr/bin/python3 -c "import torch" >/dev/null 2>&1; then
 fi
 
 step "gcc, -Werror: build and ctest"
-cmake -S . -B build/werror -G Ninja -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+cmake -S . -B build/werror -G Ninja -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DEMBER_WERROR=ON
 cmake --build build/werror -j "$jobs"
 ctest --test-dir build/werror --output-on-failure -j "$jobs" | tee "$tmp/ctest-werror.log"
 
 step "gcc, address and undefined sanitizers: build and ctest"
-cmake -S . -B build/asan -G Ninja -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug \
+cmake -S . -B build/asan -G Ninja -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Debug \
     -DEMBER_WERROR=ON -DEMBER_SANITIZE=address,undefined
 cmake --build build/asan -j "$jobs"
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
@@ -105,7 +105,7 @@ for isa in portable avx2 avx512; do
 done
 
 step "gcc, thread sanitizer: thread, remote and cpu-pool tests, the conformance table on cpu"
-cmake -S . -B build/tsan -G Ninja -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+cmake -S . -B build/tsan -G Ninja -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DEMBER_WERROR=ON -DEMBER_SANITIZE=thread -DEMBER_BUILD_TOOLS=OFF -DEMBER_BUILD_EXAMPLES=OFF
 cmake --build build/tsan -j "$jobs" --target test_threads test_remote test_remote_abuse \
     test_remote_load test_cpu_isa conformance
@@ -120,7 +120,7 @@ done
 
 step "clang, -Werror: build and ctest"
 if command -v clang >/dev/null 2>&1; then
-    cmake -S . -B build/clang -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    cmake -S . -B build/clang -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DEMBER_WERROR=ON
     cmake --build build/clang -j "$jobs"
     ctest --test-dir build/clang --output-on-failure -j "$jobs" | tee "$tmp/ctest-clang.log"
@@ -146,10 +146,38 @@ libdir=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=libdir ember)
 # shellcheck disable=SC2046
 gcc -std=c11 -o "$tmp/hello-pc" examples/hello.c $(PKG_CONFIG_PATH=$pcdir pkg-config --cflags --libs ember)
 LD_LIBRARY_PATH=$libdir "$tmp/hello-pc"
+# the torch plugin, when built, is installed in <libdir>/ember: an installed libember.so finds it
+# there wherever the prefix was put (docs/plugins.md), and loads it only when asked
+if [ -e "$libdir/ember/libember-torch.so" ]; then
+    cat >"$tmp/torch-pc.c" <<'C'
+#include <stdio.h>
+#include <string.h>
+#include <ember/ember.h>
+int main(void) {
+    em_device d;
+    em_plugin_info p[8];
+    size_t n = 0;
+    if (em_plugins(p, 8, &n) != EM_OK || n < 1 || p[0].loaded) return 1; /* found, not loaded */
+    if (em_device_parse("torch", &d) != EM_OK) { printf("%s\n", em_last_error()); return 1; }
+    float a[2] = {1, 2}, r[2];
+    int64_t shape[1] = {2};
+    em_tensor *t, *u;
+    if (em_tensor_from_data(a, EM_F32, shape, 1, d, &t) || em_add(t, t, &u) ||
+        em_tensor_to_data(u, r, sizeof r) || r[0] != 2 || r[1] != 4) return 1;
+    em_tensor_release(t), em_tensor_release(u);
+    em_plugins(p, 8, &n);
+    printf("installed torch plugin: %s, loaded on demand\n", p[0].path);
+    return 0;
+}
+C
+    # shellcheck disable=SC2046
+    gcc -std=c11 -o "$tmp/torch-pc" "$tmp/torch-pc.c" $(PKG_CONFIG_PATH=$pcdir pkg-config --cflags --libs ember)
+    LD_LIBRARY_PATH=$libdir EMBER_PLUGIN_PATH= "$tmp/torch-pc"
+fi
 
 step "libFuzzer: fuzz_device_parse for ${fuzz_seconds} s"
 if command -v clang >/dev/null 2>&1; then
-    cmake -S . -B build/fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    cmake -S . -B build/fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DEMBER_BUILD_FUZZ=ON -DEMBER_BUILD_TESTS=OFF -DEMBER_BUILD_TOOLS=OFF
     cmake --build build/fuzz -j "$jobs" --target fuzz_device_parse
     mkdir -p "$tmp/corpus"
