@@ -61,29 +61,48 @@ em_status tr_reduce(void *, em_reduce_op op, const em_view *out, const em_view *
         keep = false;
     }
     const int64_t n = x.size(d);
+    /* the ops whose result has out's dtype write into out (ATen's _out forms) */
+    const bool direct = !emt::is_half(out->dtype);
     at::Tensor r;
     switch (op) {
     case EM_RED_SUM:
-        r = fl ? x.sum({d}, keep) : x.sum({d}, keep, at::kLong);
+        if (direct) {
+            at::Tensor o = emt::wrap(out);
+            if (fl) at::sum_out(o, x, {d}, keep);
+            else at::sum_out(o, x, {d}, keep, at::kLong);
+            return EM_OK;
+        }
+        r = x.sum({d}, keep);
         break;
     case EM_RED_MEAN:
-        r = fl ? x.mean({d}, keep) : x.to(at::kDouble).mean({d}, keep);
+        if (!fl) x = x.to(at::kDouble);
+        if (direct && fl) {
+            at::Tensor o = emt::wrap(out);
+            at::mean_out(o, x, {d}, keep);
+            return EM_OK;
+        }
+        r = x.mean({d}, keep);
         break;
     case EM_RED_PROD:
         r = x.to(fl ? at::kDouble : at::kLong).prod(d, keep);
         break;
     case EM_RED_MAX:
-        r = x.amax({d}, keep);
-        break;
     case EM_RED_MIN:
-        r = x.amin({d}, keep);
+        if (direct) {
+            at::Tensor o = emt::wrap(out);
+            if (op == EM_RED_MAX) at::amax_out(o, x, {d}, keep);
+            else at::amin_out(o, x, {d}, keep);
+            return EM_OK;
+        }
+        r = op == EM_RED_MAX ? x.amax({d}, keep) : x.amin({d}, keep);
         break;
     case EM_RED_ARGMAX:
-        r = x.argmax(d, keep);
-        break;
-    case EM_RED_ARGMIN:
-        r = x.argmin(d, keep);
-        break;
+    case EM_RED_ARGMIN: {
+        at::Tensor o = emt::wrap(out);
+        if (op == EM_RED_ARGMAX) at::argmax_out(o, x, d, keep);
+        else at::argmin_out(o, x, d, keep);
+        return EM_OK;
+    }
     case EM_RED_VAR: {
         const double corr = params ? params[0] : 1.0;
         at::Tensor xd = x.to(at::kDouble);
@@ -122,7 +141,12 @@ em_status tr_cumsum(void *, const em_view *out, const em_view *in, int dim) {
     at::Tensor x = emt::in_c(in);
     if (!is_float(in->dtype) && x.scalar_type() != at::kLong) x = x.to(at::kLong);
     /* floats: ATen's CPU cumsum accumulates in acc_type (double for f32, f64), as ref */
-    put(out, x.cumsum(dim));
+    if (x.scalar_type() == emt::scalar_type(out->dtype)) {
+        at::Tensor o = emt::wrap(out);
+        at::cumsum_out(o, x, dim);
+    } else {
+        put(out, x.cumsum(dim));
+    }
     EMT_END("cumsum")
 }
 
@@ -131,7 +155,13 @@ em_status tr_softmax(void *, const em_view *out, const em_view *in, int dim, boo
     if (numel(out) == 0) return EM_OK;
     at::Tensor x = emt::in_c(in);
     if (!is_float(in->dtype)) x = x.to(at::kDouble);
-    put(out, log ? at::log_softmax(x, dim) : at::softmax(x, dim));
+    if (x.scalar_type() == emt::scalar_type(out->dtype)) {
+        at::Tensor o = emt::wrap(out);
+        if (log) at::_log_softmax_out(o, x, dim, false);
+        else at::_softmax_out(o, x, dim, false);
+    } else {
+        put(out, log ? at::log_softmax(x, dim) : at::softmax(x, dim));
+    }
     EMT_END(log ? "log_softmax" : "softmax")
 }
 
@@ -148,6 +178,12 @@ em_status tr_cumulative(void *, em_cum_op op, const em_view *values, const em_vi
     if (op != EM_CUM_MAX && op != EM_CUM_MIN)
         return emt::fail(EM_ERR_UNSUPPORTED, "torch: cumulative: unknown op %d", (int)op);
     at::Tensor x = emt::in_c(in);
+    if (values && indices && x.scalar_type() == emt::scalar_type(values->dtype)) {
+        at::Tensor v = emt::wrap(values), i = emt::wrap(indices);
+        if (op == EM_CUM_MAX) at::cummax_out(v, i, x, dim);
+        else at::cummin_out(v, i, x, dim);
+        return EM_OK;
+    }
     /* ATen's cummax / cummin: x replaces the running value when x is NaN or (the running
      * value is not NaN and) x >= it (<= for min): the contract's rule */
     std::tuple<at::Tensor, at::Tensor> vi =
@@ -165,6 +201,11 @@ em_status tr_sort(void *, const em_view *values, const em_view *indices, const e
     if (numel(in) == 0 || (!values && !indices)) return EM_OK;
     at::Tensor x = emt::in(in);
     const bool half = emt::is_half(in->dtype);
+    if (!half && values && indices) {
+        at::Tensor v = emt::wrap(values), i = emt::wrap(indices);
+        at::sort_out(v, i, x, true, dim, descending);
+        return EM_OK;
+    }
     /* stable; NaN sorts as the largest value (last ascending, first descending), as ref */
     std::tuple<at::Tensor, at::Tensor> vi =
         at::sort(half ? x.to(at::kFloat) : x, true, dim, descending);
@@ -177,7 +218,13 @@ em_status tr_gather(void *, const em_view *out, const em_view *in, int dim,
                     const em_view *index) {
     EMT_BEGIN
     if (numel(out) == 0) return EM_OK;
-    emt::store(out, at::gather(emt::in(in), dim, index_tensor(index)));
+    at::Tensor r = emt::in(in), ix = index_tensor(index);
+    if (in->dtype != out->dtype) {
+        emt::store(out, at::gather(r, dim, ix));
+        return EM_OK;
+    }
+    at::Tensor o = emt::wrap(out);
+    at::gather_out(o, r, dim, ix);
     EMT_END("gather")
 }
 
@@ -196,7 +243,13 @@ em_status tr_index_select(void *, const em_view *out, const em_view *in, int dim
                           const em_view *index) {
     EMT_BEGIN
     if (numel(out) == 0) return EM_OK;
-    emt::store(out, at::index_select(emt::in(in), dim, index_tensor(index)));
+    at::Tensor r = emt::in(in), ix = index_tensor(index);
+    if (in->dtype != out->dtype) {
+        emt::store(out, at::index_select(r, dim, ix));
+        return EM_OK;
+    }
+    at::Tensor o = emt::wrap(out);
+    at::index_select_out(o, r, dim, ix);
     EMT_END("index_select")
 }
 
