@@ -240,10 +240,11 @@ em_status tn_layer_norm(void *, const em_view *out, const em_view *x, const em_v
                         const em_view *bias, int64_t norm_numel, double eps) {
     EMT_BEGIN
     if (numel(out) == 0 || norm_numel == 0) return EM_OK;
-    at::Tensor X = emt::in_c(x);
+    /* in double: ATen's f32 layer_norm loses digits on rows with a large mean */
+    at::Tensor X = in_d(x);
     const int64_t rows = X.numel() / norm_numel;
     X = X.reshape({rows, norm_numel});
-    at::Tensor W = opt_in(weight, x->dtype), B = opt_in(bias, x->dtype);
+    at::Tensor W = opt_in_d(weight), B = opt_in_d(bias);
     if (W.defined()) W = W.reshape({norm_numel});
     if (B.defined()) B = B.reshape({norm_numel});
     at::Tensor r = std::get<0>(at::native_layer_norm(X, {norm_numel}, W, B, eps));
@@ -348,15 +349,14 @@ em_status tn_rms_norm(void *, const em_view *out, const em_view *save_invrms, co
     EMT_BEGIN
     if (numel(x) == 0 || norm_numel == 0) return EM_OK;
     const em_dtype dt = x->dtype;
-    at::Tensor X = emt::in_c(x);
-    /* ATen 1.13 has no rms_norm: 1 / sqrt(mean(x^2) + eps), the mean of squares summed in
-     * double (ref's accumulation) */
-    at::Tensor ms = at::mean(X.to(at::kDouble).square(), {1}, true);
-    at::Tensor inv = ms.add(eps).sqrt().reciprocal();
-    at::Tensor y = X.to(at::kDouble).mul(inv);
-    if (weight) y = y.mul(emt::in(weight).to(at::kDouble).view({1, norm_numel}));
-    emt::store(out, y.to(emt::compute_type(dt)));
-    if (save_invrms) emt::store(save_invrms, inv.view({x->shape[0]}).to(emt::compute_type(dt)));
+    /* ATen 1.13 has no rms_norm: x / sqrt(mean(x^2) + eps) * weight, in double as ref (then
+     * rounded once: f16 / bf16 through f32, ember's conversion) */
+    at::Tensor X = in_d(x).reshape({-1, norm_numel});
+    at::Tensor inv = at::mean(X.square(), {1}, true).add_(eps).sqrt_().reciprocal_();
+    at::Tensor y = X.mul(inv);
+    if (weight) y = y.mul(in_d(weight).reshape({1, norm_numel}));
+    emt::store(out, y.to(emt::compute_type(dt)).view(shape_of(out)));
+    if (save_invrms) emt::store(save_invrms, inv.reshape(shape_of(save_invrms)));
     EMT_END("rms_norm")
 }
 
