@@ -10,6 +10,9 @@
  *   - batch_norm in eval mode: ATen returns no saved statistics (ember wants the running mean
  *     and 1/sqrt(var + eps)), and its eval backward rebuilds invstd from the running variance:
  *     both are written out here in ATen arithmetic from the given mean and invstd;
+ *   - the normalizations (layer, batch, group, rms) compute in double whatever the dtype, as
+ *     ref does, rounding once on store: ATen's f32 kernels (float moments) lose digits on
+ *     rows with a large mean (4e-5 relative at a mean of 300, over the f32 tolerance);
  *   - rms_norm has no ATen operator in 1.13: composed;
  *   - sdpa: composed (matmul, masks, exp / sum, matmul); a row that attends to nothing gives
  *     lse -inf and a NaN output row, as ref; dropout draws ember's Philox keep mask (the
@@ -77,9 +80,10 @@ em_status tn_matmul(void *, const em_view *out, const em_view *a, const em_view 
     }
     A = A.reshape({batches, m, k});
     B = B.reshape({batches, k, n});
-    if (fl && direct(out)) {
-        at::Tensor O = emt::wrap(out).view({batches, m, n});
-        at::bmm_out(O, A, B);
+    at::Tensor O = emt::wrap(out);
+    if (fl && direct(out) && O.is_contiguous()) {
+        at::Tensor O3 = O.view({batches, m, n});
+        at::bmm_out(O3, A, B);
     } else {
         emt::store(out, at::bmm(A, B).view(shape_of(out)));
     }
