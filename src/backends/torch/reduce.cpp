@@ -5,6 +5,8 @@
  *     once on store; products (reduce prod, cumprod) and var in double, as ref computes them
  *     (an f32 product whose partial products overflow f32 but not double stays finite);
  *     cumsum accumulates in double inside ATen (acc_type<float> on the CPU is double);
+ *     an f32 softmax over a line longer than 1024 is computed in double (ATen's f32 kernel
+ *     sums the line sequentially in f32 lanes);
  *   - integer sums, products and cumsums in int64, wrapping (the core allocates EM_I64);
  *   - max / min propagate NaN; argmax / argmin take the first extreme, a NaN at once
  *     (ATen's GreaterOrNan / LessOrNan, the same rule);
@@ -61,22 +63,22 @@ em_status tr_reduce(void *, em_reduce_op op, const em_view *out, const em_view *
         keep = false;
     }
     const int64_t n = x.size(d);
-    /* the ops whose result has out's dtype write into out (ATen's _out forms) */
-    const bool direct = !emt::is_half(out->dtype);
+    /* a result of out's own dtype is written into out (ATen's _out forms) */
+    const at::ScalarType ost = emt::scalar_type(out->dtype);
     at::Tensor r;
     switch (op) {
     case EM_RED_SUM:
-        if (direct) {
+        if (ost == (fl ? x.scalar_type() : at::kLong)) {
             at::Tensor o = emt::wrap(out);
             if (fl) at::sum_out(o, x, {d}, keep);
             else at::sum_out(o, x, {d}, keep, at::kLong);
             return EM_OK;
         }
-        r = x.sum({d}, keep);
+        r = fl ? x.sum({d}, keep) : x.sum({d}, keep, at::kLong);
         break;
     case EM_RED_MEAN:
         if (!fl) x = x.to(at::kDouble);
-        if (direct && fl) {
+        if (ost == x.scalar_type()) {
             at::Tensor o = emt::wrap(out);
             at::mean_out(o, x, {d}, keep);
             return EM_OK;
@@ -88,7 +90,7 @@ em_status tr_reduce(void *, em_reduce_op op, const em_view *out, const em_view *
         break;
     case EM_RED_MAX:
     case EM_RED_MIN:
-        if (direct) {
+        if (ost == x.scalar_type()) {
             at::Tensor o = emt::wrap(out);
             if (op == EM_RED_MAX) at::amax_out(o, x, {d}, keep);
             else at::amin_out(o, x, {d}, keep);
@@ -97,12 +99,15 @@ em_status tr_reduce(void *, em_reduce_op op, const em_view *out, const em_view *
         r = op == EM_RED_MAX ? x.amax({d}, keep) : x.amin({d}, keep);
         break;
     case EM_RED_ARGMAX:
-    case EM_RED_ARGMIN: {
-        at::Tensor o = emt::wrap(out);
-        if (op == EM_RED_ARGMAX) at::argmax_out(o, x, d, keep);
-        else at::argmin_out(o, x, d, keep);
-        return EM_OK;
-    }
+    case EM_RED_ARGMIN:
+        if (ost == at::kLong) {
+            at::Tensor o = emt::wrap(out);
+            if (op == EM_RED_ARGMAX) at::argmax_out(o, x, d, keep);
+            else at::argmin_out(o, x, d, keep);
+            return EM_OK;
+        }
+        r = op == EM_RED_ARGMAX ? x.argmax(d, keep) : x.argmin(d, keep);
+        break;
     case EM_RED_VAR: {
         const double corr = params ? params[0] : 1.0;
         at::Tensor xd = x.to(at::kDouble);
@@ -150,11 +155,18 @@ em_status tr_cumsum(void *, const em_view *out, const em_view *in, int dim) {
     EMT_END("cumsum")
 }
 
+/** The longest line an f32 softmax is computed in f32 (its error stays under 1e-6). */
+constexpr int64_t kSoftmaxF32Line = 1024;
+
 em_status tr_softmax(void *, const em_view *out, const em_view *in, int dim, bool log) {
     EMT_BEGIN
     if (numel(out) == 0) return EM_OK;
     at::Tensor x = emt::in_c(in);
-    if (!is_float(in->dtype)) x = x.to(at::kDouble);
+    /* ATen's f32 softmax sums a line in f32 lanes, sequentially: over a long line (a
+     * vocabulary) that drifts past f32's tolerance from ref's double sum (8e-6 relative at
+     * 60000 elements), so long f32 lines are computed in double */
+    if (!is_float(in->dtype) || (in->dtype == EM_F32 && in->shape[dim] > kSoftmaxF32Line))
+        x = x.to(at::kDouble);
     if (x.scalar_type() == emt::scalar_type(out->dtype)) {
         at::Tensor o = emt::wrap(out);
         if (log) at::_log_softmax_out(o, x, dim, false);
