@@ -4,7 +4,7 @@
  *
  * The semantics are ref's (src/backends/ref/elementwise.c, fused.c); where ATen differs, the
  * kernel composes ref's answer from other ATen ops:
- *   - sign keeps NaN (ATen's gives 0);
+ *   - sign keeps NaN and -0 (ATen's gives 0);
  *   - float remainder gives a zero the divisor's sign (ATen's keeps fmod's);
  *   - integer division floors, and a zero divisor gives 0 (ATen throws); x // -1 is the
  *     wrapping negation and x % -1 and x % 0 are 0 (INT64_MIN / -1 would trap): divisors 0
@@ -15,10 +15,11 @@
  *   - bool inputs of arithmetic ops are computed as int64 0/1 and stored as v != 0;
  *   - pow and atan2 on ints (float-only in ember's API) go through double and back as ref's
  *     cast does on x86 (INT64_MIN outside the int64 range);
- *   - float remainder is composed from fmod (ATen's vectorized fmod gives NaN for subnormal
- *     divisors: those are computed scaled by a power of two);
+ *   - float remainder is composed from fmod, whose vectorized form gives NaN for a subnormal
+ *     divisor or a huge quotient (those elements are computed again by ATen's scalar loop);
  *   - sinh / cosh of f32 and bf16, and softplus with a threshold above 80, compute in double
- *     (f32 intermediates overflow where ref's double results are finite);
+ *     (f32 intermediates overflow where ref's double results are finite); f64 sinh / cosh
+ *     past |x| = 709 and log1p of huge x are composed (ATen's overflow there too);
  *   - where reads a non-bool cond as ref does (as an int: a float is true when |c| >= 1).
  * f16 / bf16 are computed in f32 and rounded once on store. f32 / f64 results go straight into
  * the output view (the *_out forms) unless the output shares memory with an input view other
@@ -77,19 +78,24 @@ Tensor to_i64_cast(const Tensor &d) {
     return i;
 }
 
-/* fmod(a, b) exactly (std::fmod's value): ATen's vectorized fmod (Sleef) gives NaN for a
- * subnormal divisor, so those elements are computed on both operands scaled by a power of two
- * (exact): fmod(a, b) = fmod(fmod(a, b 2^k) 2^k, b 2^k) / 2^k. */
+/* fmod(a, b) exactly (std::fmod's value). ATen's vectorized fmod (Sleef) gives NaN where
+ * the quotient a / b is out of its range (a subnormal divisor, or |a / b| past about 1e38
+ * in f32): those elements, NaN where the inputs are not, are computed again through ATen's
+ * scalar loop (std::fmod), which an output of stride 2 selects. */
 Tensor fmod_exact(const Tensor &A, const Tensor &B) {
     Tensor r = at::fmod(A, B);
-    const bool dbl = r.scalar_type() == at::kDouble;
-    const double tiny = dbl ? 2.2250738585072014e-308 : 1.17549435e-38;
-    const double k = dbl ? 1152921504606846976.0 /* 2^60 */ : 1073741824.0 /* 2^30 */;
-    Tensor sub = B.abs().lt(tiny).logical_and_(B.ne(0));
-    if (sub.any().item<bool>()) {
-        Tensor bk = B.mul(k);
-        Tensor r2 = at::fmod(at::fmod(A, bk).mul_(k), bk).div_(k);
-        r = at::where(sub, r2, r);
+    Tensor bad = r.isnan().logical_and_(A.isfinite()).logical_and_(B.isnan().logical_not_())
+                     .logical_and_(B.ne(0));
+    if (bad.any().item<bool>()) {
+        /* contiguous, so that masked_select and masked_scatter_ agree on the order (r follows
+         * the inputs' layout, which may be permuted) */
+        r = r.contiguous();
+        bad = bad.contiguous();
+        Tensor a = A.expand(r.sizes()).contiguous().masked_select(bad);
+        Tensor b = B.expand(r.sizes()).contiguous().masked_select(bad);
+        Tensor v = at::empty_strided({a.numel()}, {2}, a.options());
+        at::fmod_out(v, a, b);
+        r.masked_scatter_(bad, v);
     }
     return r;
 }
@@ -131,7 +137,17 @@ void unary_float(em_unary_op op, const em_view *out, const em_view *in, const do
     case EM_UN_ABS: put([&](Tensor &o) { at::abs_out(o, x); }); return;
     case EM_UN_EXP: put([&](Tensor &o) { at::exp_out(o, x); }); return;
     case EM_UN_LOG: put([&](Tensor &o) { at::log_out(o, x); }); return;
-    case EM_UN_LOG1P: put([&](Tensor &o) { at::log1p_out(o, x); }); return;
+    case EM_UN_LOG1P: {
+        /* ATen's log1p (Sleef) overflows to inf for x past about 1e38 (f32) or 1e307 (f64);
+         * there 1 + x is x and log1p(x) is log(x) */
+        Tensor big = x.gt(ct == at::kFloat ? 1e30 : 1e300);
+        if (big.any().item<bool>()) {
+            emt::store(out, at::where(big, x.log(), x.log1p()));
+            return;
+        }
+        put([&](Tensor &o) { at::log1p_out(o, x); });
+        return;
+    }
     case EM_UN_SQRT: put([&](Tensor &o) { at::sqrt_out(o, x); }); return;
     case EM_UN_RSQRT: put([&](Tensor &o) { at::rsqrt_out(o, x); }); return;
     case EM_UN_SIN: put([&](Tensor &o) { at::sin_out(o, x); }); return;
@@ -146,8 +162,8 @@ void unary_float(em_unary_op op, const em_view *out, const em_view *in, const do
     case EM_UN_CEIL: put([&](Tensor &o) { at::ceil_out(o, x); }); return;
     case EM_UN_ROUND: put([&](Tensor &o) { at::round_out(o, x); }); return; /* half to even */
     case EM_UN_RECIP: put([&](Tensor &o) { at::reciprocal_out(o, x); }); return;
-    case EM_UN_SIGN: /* ATen's sign gives 0 for NaN; ref keeps NaN */
-        put([&](Tensor &o) { at::where_out(o, x.isnan(), x, at::sign(x)); });
+    case EM_UN_SIGN: /* ATen's sign gives 0 for NaN; ref keeps NaN and -0 */
+        put([&](Tensor &o) { at::where_out(o, x.gt(0).logical_or_(x.lt(0)), at::sign(x), x); });
         return;
     case EM_UN_CLAMP:
         put([&](Tensor &o) {
@@ -169,19 +185,32 @@ void unary_float(em_unary_op op, const em_view *out, const em_view *in, const do
     case EM_UN_ASIN: put([&](Tensor &o) { at::asin_out(o, x); }); return;
     case EM_UN_ACOS: put([&](Tensor &o) { at::acos_out(o, x); }); return;
     case EM_UN_ATAN: put([&](Tensor &o) { at::atan_out(o, x); }); return;
-    case EM_UN_SINH: case EM_UN_COSH:
-        /* in f32, ATen's exp(x) / 2 overflows for |x| in (88.7, 89.4], where the result is
-         * finite (ref computes in double): f32 and bf16 compute in double */
+    case EM_UN_SINH: case EM_UN_COSH: {
+        /* ATen's sinh / cosh compute exp(|x|) / 2, which overflows for |x| just below the
+         * point where the result does (88.7 to 89.4 in f32, 709.8 to 710.5 in f64): f32 and
+         * bf16 compute in double, and f64 takes exp(|x| - ln 2) (times sign x for sinh) for
+         * |x| > 709, where exp(-|x|) no longer counts */
+        const bool sh = op == EM_UN_SINH;
         if (ct == at::kFloat && in->dtype != EM_F16) {
             Tensor xd = x.to(at::kDouble);
-            emt::store(out, op == EM_UN_SINH ? xd.sinh() : xd.cosh());
+            emt::store(out, sh ? xd.sinh() : xd.cosh());
             return;
         }
+        if (ct == at::kDouble) {
+            Tensor big = x.abs().gt(709.0);
+            if (big.any().item<bool>()) {
+                Tensor e = x.abs().sub_(0.69314718055994530942).exp_();
+                if (sh) e = e.mul_(x.sign());
+                emt::store(out, at::where(big, e, sh ? x.sinh() : x.cosh()));
+                return;
+            }
+        }
         put([&](Tensor &o) {
-            if (op == EM_UN_SINH) at::sinh_out(o, x);
+            if (sh) at::sinh_out(o, x);
             else at::cosh_out(o, x);
         });
         return;
+    }
     case EM_UN_EXPM1: put([&](Tensor &o) { at::expm1_out(o, x); }); return;
     case EM_UN_LOG2: put([&](Tensor &o) { at::log2_out(o, x); }); return;
     case EM_UN_LOG10: put([&](Tensor &o) { at::log10_out(o, x); }); return;
