@@ -24,7 +24,10 @@
  * f16 / bf16 are computed in f32 and rounded once on store. f32 / f64 results go straight into
  * the output view (the *_out forms) unless the output shares memory with an input view other
  * than itself (then through a temporary, so that no element is read after it was written). */
+#include <algorithm>
 #include <cmath>
+
+#include <ATen/Parallel.h>
 
 #include "torch_internal.h"
 
@@ -49,15 +52,27 @@ bool clash(const em_view *out, const em_view *in) {
 }
 
 /* Where a result is computed: the output view itself when it has the compute type and no
- * input clashes with it, else a fresh tensor of type ct that finish() stores. */
+ * input clashes with it, else `scratch` when given (a fresh tensor of the compute type and
+ * out's shape that the kernel owns, such as the f32 copy of an f16 input: one temporary fewer,
+ * computed in place elementwise), else a fresh tensor of type ct; finish() stores it. */
+bool same_shape(const Tensor &t, const em_view *v) {
+    if (t.dim() != v->rank) return false;
+    for (int d = 0; d < v->rank; d++)
+        if (t.size(d) != v->shape[d]) return false;
+    return true;
+}
+
 struct Dest {
     const em_view *out;
     Tensor t;
     bool direct;
-    Dest(const em_view *o, at::ScalarType ct, bool no_clash) : out(o) {
+    Dest(const em_view *o, at::ScalarType ct, bool no_clash, const Tensor &scratch = Tensor())
+        : out(o) {
         direct = no_clash && emt::scalar_type(o->dtype) == ct;
         if (direct)
             t = emt::wrap(o);
+        else if (scratch.defined() && scratch.scalar_type() == ct && same_shape(scratch, o))
+            t = scratch;
         else
             t = at::empty(at::IntArrayRef(o->shape, (size_t)o->rank),
                           at::TensorOptions().dtype(ct));
@@ -78,12 +93,15 @@ Tensor to_i64_cast(const Tensor &d) {
     return i;
 }
 
-/* fmod(a, b) exactly (std::fmod's value). ATen's vectorized fmod (Sleef) gives NaN where
- * the quotient a / b is out of its range (a subnormal divisor, or |a / b| past about 1e38
- * in f32): those elements, NaN where the inputs are not, are computed again through ATen's
- * scalar loop (std::fmod), which an output of stride 2 selects. */
-Tensor fmod_exact(const Tensor &A, const Tensor &B) {
-    Tensor r = at::fmod(A, B);
+/* Python's a % b on floats as ref's rem_float computes it, before the sign of a zero:
+ * ATen's remainder (fmod, then + b where the signs differ). Its vectorized fmod (Sleef) gives
+ * NaN where the quotient a / b is out of its range (a subnormal divisor, or |a / b| past
+ * about 1e38 in f32): those elements, NaN where the inputs are not, are computed again
+ * through ATen's scalar loop (std::fmod), which an output of stride 2 selects. A remainder is
+ * never infinite, so a sum that is not NaN says there is no NaN at all (no temporary). */
+Tensor remainder_exact(const Tensor &A, const Tensor &B) {
+    Tensor r = at::remainder(A, B);
+    if (r.numel() == 0 || !std::isnan(r.sum().item<double>())) return r;
     Tensor bad = r.isnan().logical_and_(A.isfinite()).logical_and_(B.isnan().logical_not_())
                      .logical_and_(B.ne(0));
     if (bad.any().item<bool>()) {
@@ -93,9 +111,10 @@ Tensor fmod_exact(const Tensor &A, const Tensor &B) {
         bad = bad.contiguous();
         Tensor a = A.expand(r.sizes()).contiguous().masked_select(bad);
         Tensor b = B.expand(r.sizes()).contiguous().masked_select(bad);
-        Tensor v = at::empty_strided({a.numel()}, {2}, a.options());
-        at::fmod_out(v, a, b);
-        r.masked_scatter_(bad, v);
+        Tensor m = at::empty_strided({a.numel()}, {2}, a.options());
+        at::fmod_out(m, a, b);
+        m = at::where(m.ne(0).logical_and_(m.lt(0).ne(b.lt(0))), m.add(b), m);
+        r.masked_scatter_(bad, m);
     }
     return r;
 }
@@ -126,9 +145,11 @@ void unary_float(em_unary_op op, const em_view *out, const em_view *in, const do
     Tensor x = emt::in_c(in);
     const at::ScalarType ct = x.scalar_type();
     const bool ok = !clash(out, in);
+    /* the f32 copy of an f16 / bf16 input takes the result (elementwise, in place) */
+    const Tensor scratch = emt::is_half(in->dtype) ? x : Tensor();
     /* the ops with an ATen _out form of ref's meaning */
     auto put = [&](auto fn) {
-        Dest d(out, em_unary_op_is_bool(op) ? at::kBool : ct, ok);
+        Dest d(out, em_unary_op_is_bool(op) ? at::kBool : ct, ok, scratch);
         fn(d.t);
         d.finish();
     };
@@ -299,7 +320,9 @@ void binary_t(em_binary_op op, const em_view *out, Tensor A, Tensor B, em_dtype 
             B = B.to(at::kFloat);
         }
         const at::ScalarType ct = A.scalar_type();
-        Dest d(out, em_binary_op_is_bool(op) ? at::kBool : ct, ok);
+        /* f16 / bf16: a's f32 copy (when not broadcast) takes the result */
+        Dest d(out, em_binary_op_is_bool(op) ? at::kBool : ct, ok,
+               emt::is_half(dt) ? A : Tensor());
         Tensor &o = d.t;
         switch (op) {
         case EM_BIN_ADD: at::add_out(o, A, B); break;
@@ -307,15 +330,11 @@ void binary_t(em_binary_op op, const em_view *out, Tensor A, Tensor B, em_dtype 
         case EM_BIN_MUL: at::mul_out(o, A, B); break;
         case EM_BIN_DIV: at::div_out(o, A, B); break;
         case EM_BIN_POW: at::pow_out(o, A, B); break;
-        case EM_BIN_REM: { /* Python's % (ref's rem_float): fmod moved to the divisor's
-                              sign; a zero takes the divisor's sign (ATen's remainder keeps the
-                              dividend's, and its fmod fails on subnormal divisors) */
-            Tensor m = fmod_exact(A, B);
-            Tensor adj = m.ne(0).logical_and_(m.lt(0).ne(B.lt(0)));
-            Tensor r = at::where(adj, m.add(B), m);
-            at::where_out(o, r.eq(0), at::copysign(r, B), r);
+        case EM_BIN_REM:
+            /* ref's result always has the divisor's sign (a zero too: copysign(0, b), where
+             * ATen keeps fmod's, the dividend's) */
+            at::copysign_out(o, remainder_exact(A, B), B);
             break;
-        }
         case EM_BIN_MAX: at::maximum_out(o, A, B); break; /* NaN propagates, as ref's */
         case EM_BIN_MIN: at::minimum_out(o, A, B); break;
         case EM_BIN_EQ: at::eq_out(o, A, B); break;
@@ -466,12 +485,13 @@ em_status tb_unary_backward(void *, em_unary_op op, const em_view *gx, const em_
         return emt::fail(EM_ERR_ARG, "torch: unary_backward: op %d reads x", (int)op);
     if (reads == 'y' && !y)
         return emt::fail(EM_ERR_ARG, "torch: unary_backward: op %d reads y", (int)op);
-    const em_view *v = reads == 'x' ? x : y;
+    const em_view *v = x ? x : y; /* as ref: the one given (the core gives only one) */
     if (!is_float(gx->dtype) || v->dtype != gx->dtype || gy->dtype != gx->dtype)
         return emt::fail(EM_ERR_UNSUPPORTED, "torch: unary_backward: float dtypes only");
     EMT_BEGIN
     Tensor V = emt::in_c(v), G = emt::in_c(gy);
-    Dest d(gx, V.scalar_type(), !clash(gx, v) && !clash(gx, gy));
+    Dest d(gx, V.scalar_type(), !clash(gx, v) && !clash(gx, gy),
+           emt::is_half(gx->dtype) ? G : Tensor());
     Tensor &o = d.t;
     switch (op) {
     case EM_UN_ABS: /* sign(x), NaN kept (0 at 0) */
@@ -516,24 +536,57 @@ em_status tb_adam_step(void *, const em_view *param, const em_view *exp_avg,
     EMT_BEGIN
     /* every scalar rounded to the arithmetic type first; each ATen op below is one rounded
      * operation of backend.h's sequence (no alpha forms, which could fuse a multiply-add) */
-    const bool dbl = dt == EM_F64;
+    const bool dbl = dt == EM_F64, half = emt::is_half(dt);
     auto S = [dbl](double v) { return at::Scalar(dbl ? v : (double)(float)v); };
-    const bool half = emt::is_half(dt);
-    Tensor P = half ? emt::in_c(param) : emt::wrap(param);
-    Tensor M = half ? emt::in_c(exp_avg) : emt::wrap(exp_avg);
-    Tensor V = half ? emt::in_c(exp_avg_sq) : emt::wrap(exp_avg_sq);
-    Tensor G = emt::in_c(grad); /* read once, below, before anything is written */
-    Tensor d = G.mul(S(a->grad_scale));                          /* g */
-    if (a->weight_decay != 0) d.add_(P.mul(S(a->weight_decay))); /* d = g + p wd */
-    M.mul_(S(a->beta1)).add_(d.mul(S(a->c1)));                   /* m = m b1 + d c1 */
-    V.mul_(S(a->beta2)).add_(d.mul(d).mul_(S(a->c2)));           /* v = v b2 + (d d) c2 */
-    Tensor den = V.sqrt().mul_(S(a->denom_scale)).add_(S(a->denom_eps));
-    Tensor q = M.div(den).mul_(S(a->step_scale));                /* q = (m / den) ss */
-    P.mul_(S(a->decay)).sub_(q);                                 /* p = p decay - q */
-    if (half) {
-        emt::store(param, P);
-        emt::store(exp_avg, M);
-        emt::store(exp_avg_sq, V);
+    const at::Scalar gs = S(a->grad_scale), wd = S(a->weight_decay), b1 = S(a->beta1),
+                     c1 = S(a->c1), b2 = S(a->beta2), c2 = S(a->c2), ds = S(a->denom_scale),
+                     eps = S(a->denom_eps), ss = S(a->step_scale), decay = S(a->decay);
+    /* param, exp_avg and exp_avg_sq are contiguous: flat; grad flat too (a copy when its
+     * layout cannot be) */
+    Tensor P = emt::wrap(param).reshape({-1}), M = emt::wrap(exp_avg).reshape({-1}),
+           V = emt::wrap(exp_avg_sq).reshape({-1}), G = emt::in(grad).reshape({-1});
+    const int64_t n = P.numel();
+    /* a chunk at a time, so that the dozen passes below run in cache over two chunk-sized
+     * temporaries (ATen splits each op over its threads from 32768 elements on) */
+    const int64_t chunk = (int64_t)32768 * std::max(2, at::get_num_threads());
+    Tensor d, t;
+    for (int64_t s0 = 0; s0 < n; s0 += chunk) {
+        const int64_t len = std::min(chunk, n - s0);
+        Tensor p = P.narrow(0, s0, len), m = M.narrow(0, s0, len), v = V.narrow(0, s0, len),
+               g = G.narrow(0, s0, len);
+        Tensor pw = p, mw = m, vw = v;
+        if (half) { /* in f32, stored rounded at the end */
+            p = p.to(at::kFloat);
+            m = m.to(at::kFloat);
+            v = v.to(at::kFloat);
+            g = g.to(at::kFloat);
+        }
+        if (!d.defined() || d.numel() != len) {
+            d = at::empty({len}, p.options());
+            t = at::empty({len}, p.options());
+        }
+        at::mul_out(d, g, gs);                   /* g = grad * grad_scale */
+        if (a->weight_decay != 0) {
+            at::mul_out(t, p, wd);               /* d = g + param * weight_decay */
+            d.add_(t);
+        }
+        m.mul_(b1);                              /* m = m * beta1 + d * c1 */
+        at::mul_out(t, d, c1);
+        m.add_(t);
+        v.mul_(b2);                              /* v = v * beta2 + (d * d) * c2 */
+        at::mul_out(t, d, d);
+        t.mul_(c2);
+        v.add_(t);
+        at::sqrt_out(t, v);                      /* den = sqrt(v) * denom_scale + denom_eps */
+        t.mul_(ds).add_(eps);
+        at::div_out(d, m, t);                    /* q = (m / den) * step_scale */
+        d.mul_(ss);
+        p.mul_(decay).sub_(d);                   /* param = param * decay - q */
+        if (half) {
+            pw.copy_(p);
+            mw.copy_(m);
+            vw.copy_(v);
+        }
     }
     EMT_END("adam_step")
 }
