@@ -161,8 +161,9 @@ void unary_float(em_unary_op op, const em_view *out, const em_view *in, const do
     case EM_UN_LOG1P: {
         /* ATen's log1p (Sleef) overflows to inf for x past about 1e38 (f32) or 1e307 (f64);
          * there 1 + x is x and log1p(x) is log(x) */
-        Tensor big = x.gt(ct == at::kFloat ? 1e30 : 1e300);
-        if (big.any().item<bool>()) {
+        Tensor big;
+        if (in->dtype != EM_F16) big = x.gt(ct == at::kFloat ? 1e30 : 1e300);
+        if (big.defined() && big.any().item<bool>()) {
             emt::store(out, at::where(big, x.log(), x.log1p()));
             return;
         }
@@ -235,9 +236,9 @@ void unary_float(em_unary_op op, const em_view *out, const em_view *in, const do
     case EM_UN_EXPM1: put([&](Tensor &o) { at::expm1_out(o, x); }); return;
     case EM_UN_LOG2: put([&](Tensor &o) { at::log2_out(o, x); }); return;
     case EM_UN_LOG10: put([&](Tensor &o) { at::log10_out(o, x); }); return;
-    case EM_UN_ISNAN: put([&](Tensor &o) { o.copy_(x.isnan()); }); return;
-    case EM_UN_ISINF: put([&](Tensor &o) { o.copy_(x.isinf()); }); return;
-    case EM_UN_ISFINITE: put([&](Tensor &o) { o.copy_(x.isfinite()); }); return;
+    case EM_UN_ISNAN: emt::store(out, x.isnan()); return;
+    case EM_UN_ISINF: emt::store(out, x.isinf()); return;
+    case EM_UN_ISFINITE: emt::store(out, x.isfinite()); return;
     case EM_UN_NAN_TO_NUM:
         put([&](Tensor &o) { at::nan_to_num_out(o, x, p[0], p[1], p[2]); });
         return;
