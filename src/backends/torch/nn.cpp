@@ -63,6 +63,7 @@ bool direct(const em_view *out) { return !emt::is_half(out->dtype); }
 
 em_status tn_matmul(void *, const em_view *out, const em_view *a, const em_view *b) {
     EMT_BEGIN
+    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
     if (numel(out) == 0) return EM_OK;
     const int r = out->rank;
     const int64_t m = out->shape[r - 2], n = out->shape[r - 1], k = a->shape[r - 1];
@@ -114,6 +115,7 @@ at::Tensor conv_run(const em_view *out, const em_view *x, const em_view *w, cons
 em_status tn_conv2d(void *, const em_view *out, const em_view *x, const em_view *w,
                     const em_view *bias, const em_conv_args *a) {
     EMT_BEGIN
+    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
     if (numel(out) == 0) return EM_OK;
     emt::store(out, conv_run(out, x, w, bias, a, false));
     EMT_END("conv2d")
@@ -122,6 +124,7 @@ em_status tn_conv2d(void *, const em_view *out, const em_view *x, const em_view 
 em_status tn_conv_transpose2d(void *, const em_view *out, const em_view *x, const em_view *w,
                               const em_view *bias, const em_conv_args *a) {
     EMT_BEGIN
+    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
     if (numel(out) == 0) return EM_OK;
     emt::store(out, conv_run(out, x, w, bias, a, true));
     EMT_END("conv_transpose2d")
@@ -130,6 +133,7 @@ em_status tn_conv_transpose2d(void *, const em_view *out, const em_view *x, cons
 em_status tn_conv2d_weight_grad(void *, const em_view *gw, const em_view *x, const em_view *gy,
                                 const em_conv_args *a) {
     EMT_BEGIN
+    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
     if (numel(gw) == 0) return EM_OK;
     at::Tensor X = emt::in_c(x), G = emt::in_c(gy);
     if (X.numel() == 0 || G.numel() == 0) {
@@ -462,6 +466,7 @@ em_status tn_sdpa(void *, const em_view *out, const em_view *lse, const em_view 
                   const em_view *k, const em_view *v, const em_view *mask, bool causal,
                   double scale, double dropout_p, uint64_t seed) {
     EMT_BEGIN
+    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
     const att_dims d = att_dims_of(q, v);
     if (d.nb * d.L == 0) return EM_OK;
     const at::ScalarType ct = emt::compute_type(q->dtype);
@@ -490,6 +495,7 @@ em_status tn_sdpa_backward(void *, const em_view *dq, const em_view *dk, const e
                            uint64_t seed) {
     (void)out, (void)lse; /* the weights are recomputed from q and k, as ref does */
     EMT_BEGIN
+    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
     const att_dims d = att_dims_of(q, v);
     const at::ScalarType ct = emt::compute_type(q->dtype);
     const at::TensorOptions o = at::TensorOptions().dtype(ct);

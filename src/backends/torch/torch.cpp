@@ -7,6 +7,7 @@
  * and cpu or ref copies nothing, and the slots the backend leaves NULL (random: ember's Philox,
  * identical on every backend; the quantized slots) run ref's kernels on them. */
 #include <ATen/Parallel.h>
+#include <c10/core/CPUAllocator.h>
 
 #include <cstdarg>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <dlfcn.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -112,6 +114,39 @@ int threads() {
     return n > 256 ? 256 : (int)n;
 }
 
+namespace {
+typedef void (*blas_set_fn)(int);
+typedef int (*blas_get_fn)(void);
+blas_set_fn blas_set;
+blas_get_fn blas_get;
+std::once_flag blas_once;
+
+void blas_find() {
+    /* libtorch_cpu links libopenblas.so.0 (Debian): already loaded, found without loading */
+    void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return;
+    void *s = dlsym(h, "openblas_set_num_threads"), *g = dlsym(h, "openblas_get_num_threads");
+    if (s && g) {
+        memcpy(&blas_set, &s, sizeof blas_set);
+        memcpy(&blas_get, &g, sizeof blas_get);
+    }
+    dlclose(h); /* the reference NOLOAD took; the library stays */
+}
+} // namespace
+
+blas_threads::blas_threads() : prev_(0) {
+    std::call_once(blas_once, blas_find);
+    if (!blas_set) return;
+    int want = threads();
+    prev_ = blas_get();
+    if (prev_ != want) blas_set(want);
+    else prev_ = 0;
+}
+
+blas_threads::~blas_threads() {
+    if (prev_ > 0) blas_set(prev_);
+}
+
 em_status from_exception(const char *what, std::exception_ptr e) {
     try {
         std::rethrow_exception(e);
@@ -169,12 +204,38 @@ int tb_class(size_t bytes, size_t *cap) {
 
 int tb_device_count(void) { return 1; }
 
+em_status tb_alloc(void *ctx, size_t bytes, void **buf);
+void tb_free(void *ctx, void *buf);
+
+/* ATen's own temporaries (a kernel's f32 copy of an f16 input, a double accumulator, the
+ * results of the ops a kernel composes) come from the same caching allocator: with glibc's
+ * malloc each large one is fresh pages from mmap, faulted in at ~12 us a 4 KiB page, which
+ * made a softmax over [1024, 4096] 100x slower than the arithmetic. They count in the device's
+ * bytes in use while a kernel runs (its scratch), as the backend.h contract says. */
+void tb_aten_free(void *p) {
+    if (p) tb_free(tb_device0, p);
+}
+
+struct tb_aten_allocator final : public c10::Allocator {
+    c10::DataPtr allocate(size_t n) const override {
+        void *p = nullptr;
+        if (tb_alloc(tb_device0, n, &p) != EM_OK) throw std::bad_alloc();
+        return {p, p, &tb_aten_free, c10::Device(c10::DeviceType::CPU)};
+    }
+    c10::DeleterFnPtr raw_deleter() const override { return &tb_aten_free; }
+};
+
+tb_aten_allocator tb_aten_alloc;
+
 em_status tb_open(int index, void **ctx) {
     if (index != 0) return emt::fail(EM_ERR_DEVICE, "torch: no device %d", index);
     if (!tb_device0) {
         try {
             tb_device0 = new tb_ctx();
             at::set_num_threads(emt::threads());
+            /* above the default CPU allocator's priority (0): ours from now on; memory the
+             * default one gave keeps its own deleter */
+            c10::SetCPUAllocator(&tb_aten_alloc, 1);
         } catch (...) {
             return emt::from_exception("open", std::current_exception());
         }

@@ -74,6 +74,21 @@ void store(const em_view *out, const at::Tensor &r);
  *  process may use). */
 int threads();
 
+/** While it lives, OpenBLAS (which ATen's products call) runs threads() threads; the count it
+ *  had is restored after. The cpu backend keeps OpenBLAS at one thread (it splits products
+ *  over its own pool), and that count is process-wide: left alone, torch's products would run
+ *  on one core after the cpu backend has started. A no-op when the BLAS is not OpenBLAS. */
+class blas_threads {
+  public:
+    blas_threads();
+    ~blas_threads();
+    blas_threads(const blas_threads &) = delete;
+    blas_threads &operator=(const blas_threads &) = delete;
+
+  private:
+    int prev_;
+};
+
 /** Turns an exception into a status and message (c10::Error: EM_ERR_BACKEND with torch's
  *  message without its backtrace; std::bad_alloc: EM_ERR_NOMEM). */
 em_status from_exception(const char *what, std::exception_ptr e);
