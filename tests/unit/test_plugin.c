@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "ember/backend.h"
 #include "ember/ember.h"
 
 #ifndef EMBER_TEST_PLUGIN_DIR
@@ -216,6 +217,18 @@ static void test_torch_on_demand(void **state) {
         return;
     }
     em_device t;
+    const char *refuse = getenv("EMBER_TORCH_TEST_INIT_FAIL");
+    if (refuse && *refuse) {
+        /* the torch plugin's own initialization made to fail (ctest test_plugin_torch_fails):
+         * its status and message come back, and the device stays absent */
+        assert_int_equal(em_device_parse("torch", &t), EM_ERR_DEVICE);
+        assert_non_null(strstr(em_last_error(), "initialization refused"));
+        assert_int_equal(em_device_parse("torch+autodiff", &t), EM_ERR_DEVICE);
+        assert_true(plugin_entry("torch", &info));
+        assert_int_equal(info.status, EM_ERR_BACKEND);
+        assert_null(em_backend_get(EM_BACKEND_TORCH));
+        return;
+    }
     assert_int_equal(em_device_parse("torch", &t), EM_OK);
     assert_int_equal((int)t.backend, (int)EM_BACKEND_TORCH);
     assert_true(mapped("libember-torch.so"));
