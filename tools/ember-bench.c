@@ -92,6 +92,28 @@ static double median(double *v, int n) {
 double bench_now_ns(void) { return now_ns(); }
 double bench_median(double *v, int n) { return median(v, n); }
 
+void bench_time_two(void (*run)(const void *job), const void *a, const void *b, int rounds,
+                    double *ta, double *tb) {
+    double va[64], vb[64];
+    if (rounds > 64) rounds = 64;
+    if (rounds < 1) rounds = 1;
+    run(a);
+    run(b);
+    for (int i = 0; i < rounds; i++) {
+        const void *first = i % 2 ? b : a, *second = i % 2 ? a : b;
+        double *v1 = i % 2 ? vb : va, *v2 = i % 2 ? va : vb;
+        double t0 = now_ns();
+        run(first);
+        double t1 = now_ns();
+        run(second);
+        double t2 = now_ns();
+        v1[i] = (t1 - t0) * 1e-9;
+        v2[i] = (t2 - t1) * 1e-9;
+    }
+    *ta = median(va, rounds);
+    *tb = median(vb, rounds);
+}
+
 /** Parses "--name value" options into *iters / *rounds. Returns 0, or 2 on a bad option. */
 static int parse_counts(int argc, char **argv, long *iters, long *rounds) {
     for (int i = 1; i < argc; i++) {

@@ -8,6 +8,10 @@
 double bench_now_ns(void);
 /** The median of n values (sorts them). */
 double bench_median(double *v, int n);
+/** Times two jobs (run(a), run(b)) in `rounds` interleaved rounds after one warm-up run each,
+ *  the order alternating; *ta and *tb get the medians in seconds (at most 64 rounds). */
+void bench_time_two(void (*run)(const void *job), const void *a, const void *b, int rounds,
+                    double *ta, double *tb);
 
 /* loops.c: hand-written baselines, compiled -O3 -march=native */
 void bench_loop_add(float *restrict z, const float *restrict x, const float *restrict y,

@@ -61,25 +61,11 @@ static void run_job(const ocl_job *j) {
     dev_sync(j->dev);
 }
 
-/* Medians over `rounds` of the two jobs, interleaved, after one warm-up run each. */
-static void time_two(const ocl_job *g, const ocl_job *c, int rounds, double *tg, double *tc) {
-    double vg[64], vc[64];
-    if (rounds > 64) rounds = 64;
-    run_job(g);
-    run_job(c);
-    for (int i = 0; i < rounds; i++) {
-        const ocl_job *first = i % 2 ? c : g, *second = i % 2 ? g : c;
-        double *v1 = i % 2 ? vc : vg, *v2 = i % 2 ? vg : vc;
-        double t0 = bench_now_ns();
-        run_job(first);
-        double t1 = bench_now_ns();
-        run_job(second);
-        double t2 = bench_now_ns();
-        v1[i] = (t1 - t0) * 1e-9;
-        v2[i] = (t2 - t1) * 1e-9;
-    }
-    *tg = bench_median(vg, rounds);
-    *tc = bench_median(vc, rounds);
+static void run_any(const void *j) { run_job((const ocl_job *)j); }
+
+/* The two jobs' medians over `rounds` interleaved rounds (bench_time_two). */
+static void time_two(const ocl_job *x, const ocl_job *y, int rounds, double *tx, double *ty) {
+    bench_time_two(run_any, x, y, rounds, tx, ty);
 }
 
 static em_tensor *rand_on(const int64_t *shape, int rank, em_device dev, uint64_t seed) {

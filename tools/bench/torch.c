@@ -53,25 +53,11 @@ static void run_job(const tjob *j) {
     }
 }
 
-/* Medians over `rounds` of the two jobs (seconds per run), interleaved, after a warm-up. */
-static void time_two(const tjob *t, const tjob *c, int rounds, double *tt, double *tc) {
-    double vt[64], vc[64];
-    if (rounds > 64) rounds = 64;
-    run_job(t);
-    run_job(c);
-    for (int i = 0; i < rounds; i++) {
-        const tjob *first = i % 2 ? c : t, *second = i % 2 ? t : c;
-        double *v1 = i % 2 ? vc : vt, *v2 = i % 2 ? vt : vc;
-        double t0 = bench_now_ns();
-        run_job(first);
-        double t1 = bench_now_ns();
-        run_job(second);
-        double t2 = bench_now_ns();
-        v1[i] = (t1 - t0) * 1e-9;
-        v2[i] = (t2 - t1) * 1e-9;
-    }
-    *tt = bench_median(vt, rounds);
-    *tc = bench_median(vc, rounds);
+static void run_any(const void *j) { run_job((const tjob *)j); }
+
+/* The two jobs' medians over `rounds` interleaved rounds (bench_time_two). */
+static void time_two(const tjob *x, const tjob *y, int rounds, double *tx, double *ty) {
+    bench_time_two(run_any, x, y, rounds, tx, ty);
 }
 
 static em_tensor *rand_on(const int64_t *shape, int rank, em_device dev, uint64_t seed) {
