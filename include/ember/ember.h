@@ -1039,6 +1039,19 @@ em_status em_checkpoint_run(em_status (*fn)(void *ctx), void *ctx);
  *  second backward through the same graph is EM_ERR_STATE. EM_ERR_STATE also for an untracked
  *  loss, EM_ERR_SHAPE for a loss of more than one element. */
 em_status em_backward(const em_tensor *loss, em_grads **out);
+/** Called by em_backward_hooked when the gradient of params[index] is complete: no rule still
+ *  to run adds to it. grad is borrowed (the tensor em_grads_get will give, valid while the set
+ *  lives); the hook must not write it (it may be shared with another parameter's). A status
+ *  other than EM_OK stops the backward, which returns it. */
+typedef em_status (*em_grad_ready_fn)(void *ctx, size_t index, const em_tensor *grad);
+/** em_backward, calling hook(ctx, i, grad) for each params[i] (leaves that require grad) as
+ *  its gradient becomes complete, while the walk goes on: data-parallel training starts
+ *  reducing a bucket of gradients while backward still runs (include/ember/dist.h). The order
+ *  is the walk's (the last layers first, as a rule). A parameter the loss does not reach gets
+ *  no call (em_grads_get then gives NULL). Errors: those of em_backward; EM_ERR_ARG for NULL
+ *  hook or params with nparams > 0, or a NULL or released params[i]. */
+em_status em_backward_hooked(const em_tensor *loss, const em_tensor *const *params,
+                             size_t nparams, em_grad_ready_fn hook, void *ctx, em_grads **out);
 /** The gradient of param (a new reference, param's shape and dtype, on its inner device), or
  *  *out = NULL (and EM_OK) when param received none. */
 em_status em_grads_get(const em_grads *g, const em_tensor *param, em_tensor **out);

@@ -706,8 +706,25 @@ static void emi_report_print(FILE *f, const emi_order *o, const emi_report_row *
     em_clear_error();
 }
 
-static em_status emi_backward(const em_tensor *loss, em_grads **out) {
-    static const char fn[] = "em_backward";
+/* em_backward_hooked's parameters and hook (NULL for em_backward). */
+typedef struct emi_bw_hook {
+    const em_tensor *const *params;
+    size_t n;
+    em_grad_ready_fn fn;
+    void *ctx;
+} emi_bw_hook;
+
+/* Calls the hook for the parameter whose leaf node is `leaf`, if it is one of them. */
+static em_status emi_bw_hook_call(const emi_bw_hook *h, const emi_ad_node *leaf,
+                                  const em_tensor *grad) {
+    if (!h) return EM_OK;
+    for (size_t i = 0; i < h->n; i++)
+        if (h->params[i]->ad == leaf) return h->fn(h->ctx, i, grad);
+    return EM_OK;
+}
+
+static em_status emi_backward(const char *fn, const em_tensor *loss, const emi_bw_hook *hook,
+                              em_grads **out) {
     EMI_TRY(emi_check_tensor(fn, "loss", loss));
     EMI_TRY(emi_check_out(fn, out));
     /* a region still open here is most likely an em_checkpoint_end that was missed */
@@ -768,8 +785,12 @@ static em_status emi_backward(const em_tensor *loss, em_grads **out) {
         if (n->need && n->grad) {
             if (!n->rule) {
                 if (n->requires_grad) {
-                    s = emi_grads_add(grads, n, n->grad);
-                    if (s == EM_OK) n->grad = NULL;
+                    em_tensor *g = n->grad;
+                    s = emi_grads_add(grads, n, g);
+                    if (s == EM_OK) {
+                        n->grad = NULL;
+                        s = emi_bw_hook_call(hook, n, g);
+                    }
                 }
             } else {
                 /* what the rule reads stays while it runs, then goes when no later rule
@@ -968,7 +989,24 @@ em_status em_grads_set(em_grads *g, const em_tensor *param, em_tensor *grad) {
  * creates joins an open tensor scope (src/core/scope.c). */
 em_status em_backward(const em_tensor *loss, em_grads **out) {
     emi_scope_suspend();
-    em_status s = emi_backward(loss, out);
+    em_status s = emi_backward("em_backward", loss, NULL, out);
+    emi_scope_resume();
+    return s;
+}
+
+em_status em_backward_hooked(const em_tensor *loss, const em_tensor *const *params,
+                             size_t nparams, em_grad_ready_fn hook, void *ctx, em_grads **out) {
+    static const char fn[] = "em_backward_hooked";
+    if (!hook) return emi_fail(EM_ERR_ARG, "%s: hook is NULL", fn);
+    if (nparams > 0 && !params) return emi_fail(EM_ERR_ARG, "%s: params is NULL", fn);
+    for (size_t i = 0; i < nparams; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "params[%zu]", i);
+        EMI_TRY(emi_check_tensor(fn, what, params[i]));
+    }
+    emi_bw_hook h = {params, nparams, hook, ctx};
+    emi_scope_suspend();
+    em_status s = emi_backward(fn, loss, &h, out);
     emi_scope_resume();
     return s;
 }

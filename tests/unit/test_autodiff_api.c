@@ -101,6 +101,84 @@ static em_tensor *grad_of(const em_grads *g, const em_tensor *p) {
     return out;
 }
 
+/* ---- em_backward_hooked: a call per parameter as its gradient completes ---- */
+
+typedef struct hook_log {
+    size_t order[8];
+    const em_tensor *grads[8];
+    int n;
+    int fail_at; /* the call that returns EM_ERR_BACKEND (-1: none) */
+} hook_log;
+
+static em_status log_hook(void *ctx, size_t index, const em_tensor *grad) {
+    hook_log *l = ctx;
+    if (l->n == l->fail_at) return em_backend_set_error(EM_ERR_BACKEND, "hook refused");
+    if (l->n < 8) {
+        l->order[l->n] = index;
+        l->grads[l->n] = grad;
+    }
+    l->n++;
+    return EM_OK;
+}
+
+static void test_backward_hooked(void **state) {
+    (void)state;
+    const double a[2] = {1, 2}, b[2] = {3, 4}, c[2] = {5, 6};
+    em_device ad = disabled_dev();
+    em_tensor *w1 = param(ad, a, 2), *w2 = param(ad, b, 2), *unused = param(ad, c, 2);
+    /* loss = sum((w1 * w1) * w2): w2's gradient (w1^2) completes before w1's (2 w1 w2) */
+    em_tensor *sq, *prod, *loss;
+    for (int round = 0; round < 3; round++) {
+        OK(em_mul(w1, w1, &sq));
+        OK(em_mul(sq, w2, &prod));
+        OK(em_sum(prod, &loss));
+        const em_tensor *params[3] = {w1, w2, unused};
+        hook_log log = {.n = 0, .fail_at = round == 2 ? 1 : -1};
+        em_grads *g = (em_grads *)SENTINEL;
+        em_status s = em_backward_hooked(loss, params, 3, log_hook, &log, &g);
+        if (round < 2) {
+            OK(s);
+            assert_int_equal(log.n, 2); /* `unused` gets no call */
+            assert_int_equal(log.order[0], 1);
+            assert_int_equal(log.order[1], 0);
+            em_tensor *g1 = grad_of(g, w1), *g2 = grad_of(g, w2);
+            assert_ptr_equal(log.grads[0], g2); /* the very tensors em_grads_get gives */
+            assert_ptr_equal(log.grads[1], g1);
+            const double want1[2] = {2 * 1 * 3, 2 * 2 * 4}, want2[2] = {1, 4};
+            expect_vals(g1, want1, 2, "w1's gradient");
+            expect_vals(g2, want2, 2, "w2's gradient");
+            assert_null(grad_of(g, unused));
+            em_tensor_release(g1), em_tensor_release(g2);
+            em_grads_release(g);
+        } else {
+            /* a hook's failure stops the walk: its status, nothing written */
+            assert_int_equal(s, EM_ERR_BACKEND);
+            assert_true(g == (em_grads *)SENTINEL);
+            assert_non_null(strstr(em_last_error(), "hook refused"));
+        }
+        em_tensor_release(sq), em_tensor_release(prod), em_tensor_release(loss);
+    }
+    /* bad arguments */
+    OK(em_mul(w1, w2, &prod));
+    OK(em_sum(prod, &loss));
+    const em_tensor *params[2] = {w1, NULL};
+    em_grads *g = (em_grads *)SENTINEL;
+    EXPECT_FAIL(EM_ERR_ARG, "em_backward_hooked",
+                em_backward_hooked(loss, params, 1, NULL, NULL, &g));
+    EXPECT_FAIL(EM_ERR_ARG, "em_backward_hooked",
+                em_backward_hooked(loss, NULL, 1, log_hook, NULL, &g));
+    EXPECT_FAIL(EM_ERR_ARG, "em_backward_hooked",
+                em_backward_hooked(loss, params, 2, log_hook, NULL, &g));
+    assert_true(g == (em_grads *)SENTINEL);
+    /* no parameters: em_backward */
+    hook_log log = {.n = 0, .fail_at = -1};
+    OK(em_backward_hooked(loss, NULL, 0, log_hook, &log, &g));
+    assert_int_equal(log.n, 0);
+    em_grads_release(g);
+    em_tensor_release(prod), em_tensor_release(loss);
+    em_tensor_release(w1), em_tensor_release(w2), em_tensor_release(unused);
+}
+
 /* ---- em_tensor_require_grad ---- */
 
 static void test_require_grad(void **state) {
@@ -695,7 +773,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_require_grad),    cmocka_unit_test(test_backward_errors),
         cmocka_unit_test(test_grads_get),       cmocka_unit_test(test_grad_mark),
-        cmocka_unit_test(test_grads_set),
+        cmocka_unit_test(test_grads_set),       cmocka_unit_test(test_backward_hooked),
         cmocka_unit_test(test_mixed_strategies), cmocka_unit_test(test_promotion),
         cmocka_unit_test(test_detach),          cmocka_unit_test(test_inplace_on_marked),
         cmocka_unit_test(test_int_on_autodiff),
