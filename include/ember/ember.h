@@ -432,6 +432,15 @@ bool em_tensor_is_contiguous(const em_tensor *t);
 em_checkpointing em_tensor_checkpointing(const em_tensor *t);
 /** The quantization scheme of a quantized tensor; EM_ERR_DTYPE for other kinds. */
 em_status em_tensor_scheme(const em_tensor *t, em_quant_scheme *out);
+/** *out = the address of t's first element, when t's backend keeps its buffers in host memory
+ *  (ref, cpu, torch: EM_CAP_HOST_MEMORY) and t is contiguous (row-major, packed): reading and
+ *  writing there is reading and writing t's values, and those of every tensor sharing its
+ *  buffer (views, em_to_device's shares between host backends) — as torch's data_ptr(). Valid
+ *  while t lives; nothing synchronizes it with ops running on t in other threads. What libraries
+ *  over ember (MPI collectives, DLPack) reduce or exchange in place. Errors: EM_ERR_ARG (NULL),
+ *  EM_ERR_UNSUPPORTED (a device whose memory is not the host's: em_tensor_to_data copies; a
+ *  view that is not contiguous: em_contiguous first), EM_ERR_DTYPE (quantized). */
+em_status em_tensor_host_data(const em_tensor *t, void **out);
 /** t as text, as PyTorch's repr summarises it: the values (one number format for the whole
  *  tensor; above 1000 elements the first and last 3 entries of each long dim around "..."),
  *  then shape, dtype, device and ", requires_grad" for such a leaf:

@@ -454,6 +454,22 @@ bool em_tensor_can_mut(const em_tensor *t) {
            (!t->st->base || atomic_load_explicit(&t->st->base->refs, memory_order_acquire) == 1);
 }
 
+em_status em_tensor_host_data(const em_tensor *t, void **out) {
+    static const char fn[] = "em_tensor_host_data";
+    EMI_TRY(emi_check_tensor(fn, "t", t));
+    EMI_TRY(emi_check_out(fn, out));
+    if (em_dtype_kind(t->dtype) == EM_KIND_QUANTIZED)
+        return emi_fail(EM_ERR_DTYPE, "%s: a quantized tensor (its bytes: em_tensor_to_data)", fn);
+    if (!(t->st->ops->caps & EM_CAP_HOST_MEMORY))
+        return emi_fail(EM_ERR_UNSUPPORTED, "%s: the %s backend's memory is not host memory "
+                        "(copy with em_tensor_to_data)", fn, t->st->ops->name);
+    if (!emi_view_is_contiguous(&t->v))
+        return emi_fail(EM_ERR_UNSUPPORTED, "%s: the view is not contiguous (em_contiguous "
+                        "first)", fn);
+    *out = (char *)t->v.buf + t->v.offset * (int64_t)emi_dtype_size(t->v.dtype);
+    return EM_OK;
+}
+
 em_status emi_borrow_tensor(const char *fn, const em_tensor *t, em_device dev, em_tensor **out) {
     const em_backend_ops *ops;
     void *ctx;

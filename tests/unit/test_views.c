@@ -213,6 +213,39 @@ static void test_can_mut(void **state) {
     em_tensor_release(a);
 }
 
+/* em_tensor_host_data: the first element of a contiguous host tensor (a slice's too), written
+ * through; refused for strided views, quantized tensors and non-host devices. */
+static void test_host_data(void **state) {
+    (void)state;
+    int64_t s23[2] = {2, 3};
+    em_tensor *x = iota(s23, 2), *row = NULL, *tr = NULL, *c = NULL;
+    float *p = NULL;
+    assert_int_equal(em_tensor_host_data(x, (void **)&p), EM_OK);
+    assert_true(p[4] == 4.0f);
+    p[4] = 40.0f; /* writes x */
+    expect_values(x, (float[]){0, 1, 2, 3, 40, 5}, 6);
+    assert_int_equal(em_slice(x, 0, 1, 2, 1, &row), EM_OK); /* row 1: offset 3, contiguous */
+    float *q = NULL;
+    assert_int_equal(em_tensor_host_data(row, (void **)&q), EM_OK);
+    assert_ptr_equal(q, p + 3);
+    assert_int_equal(em_transpose(x, 0, 1, &tr), EM_OK);
+    void *bad = (void *)1;
+    assert_int_equal(em_tensor_host_data(tr, &bad), EM_ERR_UNSUPPORTED);
+    assert_ptr_equal(bad, (void *)1);
+    assert_int_equal(em_tensor_host_data(NULL, &bad), EM_ERR_ARG);
+    assert_int_equal(em_tensor_host_data(x, NULL), EM_ERR_ARG);
+    em_tensor *qt = NULL;
+    assert_int_equal(em_quantize(x, EM_Q8, &qt), EM_OK);
+    assert_int_equal(em_tensor_host_data(qt, &bad), EM_ERR_DTYPE);
+    em_device ocl; /* device memory, where the machine has an OpenCL device */
+    if (em_device_parse("opencl", &ocl) == EM_OK) {
+        assert_int_equal(em_zeros(s23, 2, EM_F32, ocl, &c), EM_OK);
+        assert_int_equal(em_tensor_host_data(c, &bad), EM_ERR_UNSUPPORTED);
+    }
+    em_tensor_release(c), em_tensor_release(qt), em_tensor_release(tr), em_tensor_release(row);
+    em_tensor_release(x);
+}
+
 static void test_reshape_copies_when_needed(void **state) {
     (void)state;
     int64_t s34[2] = {3, 4}, s12[1] = {12}, s26[2] = {2, 6};
@@ -256,6 +289,7 @@ int main(void) {
         cmocka_unit_test(test_expand_split_unsqueeze_geometry),
         cmocka_unit_test(test_can_mut),
         cmocka_unit_test(test_reshape_copies_when_needed),
+        cmocka_unit_test(test_host_data),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
