@@ -20,6 +20,8 @@
 #   libtorch-dev                           LibTorch (PyTorch's C++ core): the torch backend, a
 #                                          plugin (libember-torch.so) whose kernels are ATen's;
 #                                          the tests run the whole table on it. Large (~1 GB)
+#   openmpi-bin, libopenmpi-dev            Open MPI: libember-dist's collectives and
+#                                          data-parallel training (mpirun runs tests/dist)
 #
 # With --bench it also installs what bench/ compares against: python3-torch (PyTorch). Large;
 # the tests do not need it.
@@ -28,7 +30,7 @@ set -euo pipefail
 packages=(cmake ninja-build gcc g++ clang libclang-rt-dev pkg-config libopenblas-dev libcmocka-dev
           python3-numpy libcjson-dev zlib1g-dev dataset-fashion-mnist
           ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libsodium-dev graphviz
-          libtorch-dev)
+          libtorch-dev openmpi-bin libopenmpi-dev)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(python3-torch)
 fi
