@@ -60,6 +60,12 @@ static const bench_cmd COMMANDS[] = {
      "remote on loopback: round trips, pipelined ops, bulk MB/s vs raw TCP (goal >= 0.8)",
      bench_remote},
 #endif
+#ifdef EMBER_WITH_MPI /* dist (issue 19): run it under mpirun */
+    {"dist", "[--rounds 7] [--batch 256] [--steps 30] [--no-train] [--no-bandwidth]",
+     "under mpirun -np 2: em_all_reduce GB/s vs MPI_Allreduce, 1 KB .. 64 MB (goal >= 0.95);\n"
+     "               MLP training samples/s: N ranks (em_ddp) vs 1 process with their threads",
+     bench_dist},
+#endif
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

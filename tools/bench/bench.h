@@ -26,5 +26,6 @@ int bench_remote(int argc, char **argv); /* remote.c (issue 7), with EMBER_WITH_
 int bench_graph(int argc, char **argv);  /* graph.c: captured graphs */
 int bench_quant(int argc, char **argv);  /* quant.c: quantized matmul vs sgemm (issue 17) */
 int bench_torch(int argc, char **argv);  /* torch.c: the torch plugin vs at::add and cpu */
+int bench_dist(int argc, char **argv);   /* dist.c: collectives and em_ddp, with EMBER_WITH_MPI */
 
 #endif
