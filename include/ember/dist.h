@@ -20,7 +20,8 @@
  * Failure is an error, not a hang: a collective that does not complete within the timeout
  * (em_dist_set_timeout; EMBER_DIST_TIMEOUT seconds, default 300) fails with EM_ERR_BACKEND
  * naming the ranks that did not reach it, and a rank that dies makes the others fail within
- * that time with a message naming it.
+ * that time with a message naming it. (Open MPI's mpirun kills the whole job when a rank dies;
+ * `mpirun --enable-recovery` lets the others run on, return that error and finalize.)
  */
 #ifndef EMBER_DIST_H
 #define EMBER_DIST_H
@@ -100,9 +101,11 @@ em_status em_barrier(em_dist *d);
  * Collectives started on one em_dist complete in the order they were started. */
 em_status em_all_reduce_start(em_dist *d, em_tensor *t, em_dist_op op, em_dist_work **work);
 em_status em_broadcast_start(em_dist *d, em_tensor *t, int root, em_dist_work **work);
-/** Completes the work (its result in place; for all_gather / reduce_scatter the tensor they
- *  make is given by em_dist_wait_tensor) and frees the handle, on success or failure.
- *  NULL is EM_ERR_ARG. */
+/** Completes the work (its result in place) and frees the handle, on success or failure.
+ *  NULL is EM_ERR_ARG. A wait that fails (the timeout, an MPI error) leaves the communicator
+ *  refusing further collectives (EM_ERR_STATE): its ranks no longer agree on which collective
+ *  is which; the tensor's values are then unspecified (MPI may still complete the collective
+ *  into them later: d keeps the tensor alive until em_dist_free). */
 em_status em_dist_wait(em_dist_work *work);
 /** True when the work has completed (em_dist_wait then returns at once); false while it
  *  runs or for NULL. Drives MPI's progress. */
