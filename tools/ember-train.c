@@ -7,7 +7,7 @@
  *                    [--batch B] [--lr X] [--optimizer sgd|adam|adamw] [--momentum M]
  *                    [--checkpointing balanced] [--save F] [--load F] [--eval] [--data P]
  *                    [--seed S] [--limit N] [--test-limit N] [--steps N] [--context T]
- *                    [--quantize q8|q4|q4_0|q4_1]
+ *                    [--quantize q8|q4|q4_0|q4_1] [--distributed [--bucket-kb N]]
  *
  * Models (all built from nn.h modules; eval runs the same model under em_set_grad_enabled
  * (false), no second copy):
@@ -54,6 +54,27 @@
  *   final: loss=<mean loss of the last epoch> accuracy=<test accuracy> epoch_s=<s per epoch>
  * and for the transformer, after those (accuracy: of the next byte on the validation text):
  *   ... val_loss=<mean validation loss> perplexity=<exp(val_loss)>
+ * Before it, a line with the loss of the last step, at full precision (comparing runs):
+ *   loss after step <total steps>: <loss of that step's batch>
+ *
+ * --distributed (a build with MPI: libember-dist, include/ember/dist.h): data-parallel
+ * training under mpirun, `mpirun -np N ember-train --distributed ...`. Every rank builds the
+ * same model (same --seed), em_ddp_create makes them rank 0's, and every rank reads the same
+ * shuffled order: --batch is the GLOBAL batch and must be a multiple of N (exit 2 otherwise);
+ * rank r trains on rows [r*B/N, (r+1)*B/N) of each global batch with the mean loss over its
+ * rows, em_ddp_backward averages the gradients over the ranks (overlapping backward), and the
+ * same optimizer step runs everywhere: the loss curve is that of one process with batch B, up
+ * to f32 rounding (a model with batch norm normalizes over each rank's rows, as PyTorch's DDP
+ * without SyncBatchNorm; the running statistics saved are rank 0's). A last partial batch of m
+ * rows is split the same way, each rank's loss weighted by its share (rows * N / m) so that
+ * the average stays the global mean; one of fewer than N rows is dropped. The losses printed
+ * are the global batch's (the ranks' mean, one small all-reduce per step). Rank 0 alone
+ * prints, saves (--save), quantizes and evaluates; the others print errors only (stderr).
+ * The transformer shards its windows the same way. --capture is not supported with it.
+ * --bucket-kb N: the gradients are all-reduced in buckets of about N KiB (default 25 MiB, one
+ * bucket for these models), each started as soon as backward has completed it;
+ * EMBER_DDP_REPORT=1 prints when each bucket started (src/dist/ddp.c).
+ *
  * Exit status: 0 on success, 2 for a bad flag or value, an unknown device or a missing data
  * set, 1 for any other failure.
  */
@@ -73,6 +94,9 @@
 #include "ember/io.h"
 #include "ember/nn.h"
 #include "ember/remote.h" /* remote (issue 7) */
+#ifdef EMBER_WITH_MPI
+#include "ember/dist.h" /* dist (issue 19): --distributed */
+#endif
 
 #define TRY(call)                                                                              \
     do {                                                                                       \
@@ -84,11 +108,76 @@
 
 typedef struct config {
     const char *device, *model, *optimizer, *save, *load, *data, *quantize;
-    long epochs, batch, limit, test_limit, steps, context;
+    long epochs, batch, limit, test_limit, steps, context, bucket_kb;
     double lr, momentum;
     uint64_t seed;
-    bool balanced, eval_only, lr_set, batch_set, optimizer_set, capture;
+    bool balanced, eval_only, lr_set, batch_set, optimizer_set, capture, distributed;
 } config;
+
+/* ---- dist (issue 19): --distributed, data-parallel training over MPI ---- */
+typedef struct dist_run {
+#ifdef EMBER_WITH_MPI
+    em_dist *d;
+    em_ddp *ddp;
+#endif
+    int rank, size;
+    bool on;
+} dist_run;
+static dist_run g_dist = {.rank = 0, .size = 1};
+
+/** Makes the model rank 0's on every rank and the trainer that averages the gradients in
+ *  buckets of bucket_kb KiB (0: em_ddp_create's default, 25 MiB). */
+static em_status dist_attach(em_module *model, long bucket_kb) {
+#ifdef EMBER_WITH_MPI
+    if (g_dist.on)
+        return em_ddp_create(g_dist.d, model, (size_t)bucket_kb * 1024u, &g_dist.ddp);
+#endif
+    (void)model, (void)bucket_kb;
+    return EM_OK;
+}
+
+/** This rank's rows [lo, hi) of a global batch of m rows. */
+static void dist_shard(int64_t m, int64_t *lo, int64_t *hi) {
+    *lo = (int64_t)g_dist.rank * m / g_dist.size;
+    *hi = ((int64_t)g_dist.rank + 1) * m / g_dist.size;
+}
+
+/** em_backward, or em_ddp_backward (the gradients averaged over the ranks). */
+static em_status dist_backward(const em_tensor *loss, em_grads **g) {
+#ifdef EMBER_WITH_MPI
+    if (g_dist.ddp) return em_ddp_backward(g_dist.ddp, loss, g);
+#endif
+    return em_backward(loss, g);
+}
+
+/** *v becomes the mean of the ranks' *v (unchanged in one process). */
+static em_status dist_mean(em_device dev, double *v) {
+#ifdef EMBER_WITH_MPI
+    if (g_dist.on) {
+        em_tensor *t = NULL;
+        em_status s = em_tensor_from_data(v, EM_F64, NULL, 0, dev, &t);
+        if (s == EM_OK) s = em_all_reduce(g_dist.d, t, EM_DIST_MEAN);
+        if (s == EM_OK) s = em_tensor_item(t, v);
+        em_tensor_release(t);
+        return s;
+    }
+#endif
+    (void)dev, (void)v;
+    return EM_OK;
+}
+
+/** A rank's loss over rows [lo, hi) of a batch of m: weighted by its share ((hi - lo) * N / m)
+ *  when the shares are unequal, so that the ranks' mean is the batch's mean. */
+static em_status dist_weight(em_tensor **loss, int64_t lo, int64_t hi, int64_t m) {
+    if (!g_dist.on || (hi - lo) * g_dist.size == m) return EM_OK;
+    em_tensor *w = NULL;
+    em_status s = em_mul_scalar(*loss, (double)((hi - lo) * g_dist.size) / (double)m, &w);
+    if (s != EM_OK) return s;
+    em_tensor_release(*loss);
+    *loss = w;
+    return EM_OK;
+}
+/* ---- end dist ---- */
 
 static double now_s(void) {
     struct timespec ts;
@@ -102,7 +191,7 @@ static void usage(FILE *f) {
                "                   [--batch B] [--lr X] [--optimizer sgd|adam|adamw] "
                "[--momentum M]\n"
                "                   [--checkpointing balanced] [--save F] [--load F] [--eval]\n"
-               "                   [--capture]\n"
+               "                   [--capture] [--distributed [--bucket-kb N]] (under mpirun)\n"
                "                   [--data DIR|FILE] [--seed S] [--limit N] [--test-limit N]\n"
                "                   [--steps N] [--context T] [--quantize q8|q4|q4_0|q4_1]\n"
                "  mlp, cnn, resnet: Fashion-MNIST in --data DIR; transformer: a character "
@@ -155,10 +244,18 @@ static int parse_args(int argc, char **argv, config *c) {
             c->capture = true;
             continue;
         }
+        if (strcmp(f, "--distributed") == 0) { /* dist (issue 19) */
+#ifndef EMBER_WITH_MPI
+            return bad("--distributed: this ember-train was built without MPI (libember-dist: "
+                       "install Open MPI, e.g. libopenmpi-dev, and rebuild)%s%s", "", "");
+#endif
+            c->distributed = true;
+            continue;
+        }
         static const char *const with_value[] = {
             "--device", "--model", "--epochs", "--batch", "--lr", "--optimizer", "--momentum",
             "--checkpointing", "--save", "--load", "--data", "--seed", "--limit", "--test-limit",
-            "--steps", "--context", "--quantize"};
+            "--steps", "--context", "--quantize", "--bucket-kb"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
             known = known || strcmp(f, with_value[k]) == 0;
@@ -200,6 +297,10 @@ static int parse_args(int argc, char **argv, config *c) {
         } else if (strcmp(f, "--steps") == 0) {
             if (!parse_long(v, 1, &n)) return bad("--steps: '%s' is not an integer >= 1%s", v, "");
             c->steps = n;
+        } else if (strcmp(f, "--bucket-kb") == 0) {
+            if (!parse_long(v, 1, &n) || n > 1048576)
+                return bad("--bucket-kb: '%s' is not an integer in [1, 1048576]%s", v, "");
+            c->bucket_kb = n;
         } else if (strcmp(f, "--context") == 0) {
             if (!parse_long(v, 1, &n) || n > 4096)
                 return bad("--context: '%s' is not an integer in [1, 4096]%s", v, "");
@@ -224,6 +325,10 @@ static int parse_args(int argc, char **argv, config *c) {
         }
     }
     if (c->eval_only && c->load == NULL) return bad("--eval needs --load F%s%s", "", "");
+    if (c->bucket_kb > 0 && !c->distributed)
+        return bad("--bucket-kb: only with --distributed%s%s", "", "");
+    if (c->distributed && c->capture)
+        return bad("--capture: not with --distributed%s%s", "", "");
     return 0;
 }
 
@@ -761,6 +866,7 @@ static int run_transformer(const config *c, em_device dev, em_device inner) {
     TRY(em_params_create(&params));
     TRY(em_module_params(model, NULL, params));
     if (c->load != NULL) TRY(em_module_load(model, c->load));
+    if (!c->eval_only) TRY(dist_attach(model, c->bucket_kb));
     TRY(make_optimizer(c, params, &opt));
     long steps = c->steps > 0 ? c->steps
                               : (long)((ntrain - 1) / ((size_t)c->batch * (size_t)T));
@@ -774,8 +880,11 @@ static int run_transformer(const config *c, em_device dev, em_device inner) {
                "parameters, seed %" PRIu64 "\n",
                devname, c->optimizer, c->lr, c->batch, (long long)T, c->epochs, steps, len,
                path, (long long)vocab, (long long)nparam, c->seed);
-    double last_loss = NAN, total_time = 0;
+    double last_loss = NAN, total_time = 0, step_loss = NAN;
+    long total_steps = 0;
     uint64_t rng = c->seed * 1000003u + 17u;
+    int64_t lo = 0, hi = c->batch; /* this rank's windows of each batch (--distributed) */
+    if (g_dist.on) dist_shard(c->batch, &lo, &hi);
     bool tty = isatty(STDOUT_FILENO) != 0;
     for (long e = 0; !c->eval_only && e < c->epochs; e++) {
         double t0 = now_s(), sum = 0;
@@ -788,9 +897,11 @@ static int run_transformer(const config *c, em_device dev, em_device inner) {
             double lv = 0, scale = 1;
             em_status s = em_optimizer_set_lr(opt, gpt_lr(c->lr, e * steps + k, c->epochs * steps));
             if (s == EM_OK)
-                s = gpt_batch(model, tok, off, (size_t)c->batch, T, inner, true, &loss, NULL);
+                s = gpt_batch(model, tok, off + lo, (size_t)(hi - lo), T, inner, true, &loss,
+                              NULL);
             if (s == EM_OK) s = em_tensor_item(loss, &lv);
-            if (s == EM_OK) s = em_backward(loss, &g);
+            if (s == EM_OK) s = dist_mean(inner, &lv);
+            if (s == EM_OK) s = dist_backward(loss, &g);
             if (s == EM_OK) s = em_clip_grad_norm(params, g, 1.0, NULL, &scale);
             if (s == EM_OK) s = em_optimizer_step(opt, g, scale);
             em_grads_release(g), em_tensor_release(loss);
@@ -798,7 +909,7 @@ static int run_transformer(const config *c, em_device dev, em_device inner) {
                 if (tty) printf("\n");
                 TRY(s);
             }
-            sum += lv;
+            sum += lv, step_loss = lv, total_steps++;
             progress(tty, (int)e + 1, (k + 1) * c->batch, steps * c->batch, sum / (double)(k + 1),
                      t0, &decile);
         }
@@ -809,6 +920,11 @@ static int run_transformer(const config *c, em_device dev, em_device inner) {
         printf("epoch %ld: %.2f s, mean loss %.4f, %.0f tokens/s\n", e + 1, dt, last_loss,
                (double)(steps * c->batch * T) / dt);
         fflush(stdout);
+    }
+    if (!c->eval_only) printf("loss after step %ld: %.9g\n", total_steps, step_loss);
+    if (g_dist.rank != 0) { /* --distributed: rank 0 alone saves and evaluates */
+        rc = 0;
+        goto fail;
     }
     if (c->quantize != NULL) {
         static const char *const embeddings[] = {"tok.weight", "pos.weight", NULL};
@@ -851,6 +967,8 @@ fail:
 }
 /* ---- end transformer ---- */
 
+static int run(config c);
+
 int main(int argc, char **argv) {
     config c = {.model = "mlp", .optimizer = "adam", .epochs = 1, .batch = 64, .lr = 3e-3,
                 .momentum = 0.9, .seed = 1};
@@ -860,6 +978,36 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (rc != 0) return rc;
+#ifdef EMBER_WITH_MPI
+    /* dist (issue 19): --distributed */
+    if (c.distributed) {
+        if (em_dist_init(&argc, &argv, &g_dist.d) != EM_OK) {
+            fprintf(stderr, "ember-train: --distributed: %s\n", em_last_error());
+            return 1;
+        }
+        g_dist.on = true;
+        g_dist.rank = em_dist_rank(g_dist.d);
+        g_dist.size = em_dist_size(g_dist.d);
+        if (c.batch % g_dist.size != 0) {
+            char b[32], n[32];
+            snprintf(b, sizeof b, "%ld", c.batch);
+            snprintf(n, sizeof n, "%d", g_dist.size);
+            rc = bad("--distributed: the global --batch %s must be a multiple of the number of "
+                     "ranks (%s): each rank takes an equal share", b, n);
+        } else {
+            if (g_dist.rank != 0 && freopen("/dev/null", "w", stdout) == NULL) rc = 1;
+            if (rc == 0) rc = run(c);
+        }
+        em_ddp_free(g_dist.ddp);
+        if (rc != 1) em_dist_free(g_dist.d); /* a rank that failed alone: mpirun ends the rest */
+        return rc;
+    }
+#endif
+    return run(c);
+}
+
+static int run(config c) {
+    int rc;
     bool transformer = strcmp(c.model, "transformer") == 0;
     if (transformer && !c.optimizer_set) c.optimizer = "adamw";
     if (transformer && !c.batch_set) c.batch = 32;
@@ -913,6 +1061,7 @@ int main(int argc, char **argv) {
     TRY(em_params_create(&params));
     TRY(em_module_params(model, NULL, params));
     if (c.load != NULL) TRY(em_module_load(model, c.load));
+    if (!c.eval_only) TRY(dist_attach(model, c.bucket_kb));
     TRY(make_optimizer(&c, params, &opt));
     if (c.capture && !c.eval_only) {
         TRY(em_params_create(&state));
@@ -938,7 +1087,8 @@ int main(int argc, char **argv) {
                " images, seed %" PRIu64 "\n",
                c.model, devname, c.optimizer, c.lr, c.balanced ? ", balanced checkpointing" : "",
                c.batch, c.epochs, used, c.seed);
-    double last_loss = NAN, total_time = 0;
+    double last_loss = NAN, total_time = 0, step_loss = NAN;
+    long total_steps = 0;
     for (long e = 0; !c.eval_only && e < c.epochs; e++) {
         /* one shuffle per epoch, each from its own seed derived from --seed; --limit takes the
          * first N of the first epoch's order so the subset stays the same */
@@ -963,7 +1113,12 @@ int main(int argc, char **argv) {
             em_tensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
             em_grads *g = NULL;
             double lv = 0;
-            em_status s = em_dataset_batch(train, perm + b, m, inner, &x, &y);
+            int64_t lo = 0, hi = (int64_t)m; /* this rank's rows (--distributed) */
+            if (g_dist.on) {
+                if ((int64_t)m < g_dist.size) continue; /* a last batch of fewer rows than ranks */
+                dist_shard((int64_t)m, &lo, &hi);
+            }
+            em_status s = em_dataset_batch(train, perm + b + lo, (size_t)(hi - lo), inner, &x, &y);
             if (s == EM_OK && cs[0].e && (long)m != c.batch && cs[1].batch != (int64_t)m) {
                 cap_step_release(&cs[1]); /* the last partial batch: its own graph */
                 s = cap_step_make(&c, dev, inner, state, (int64_t)m, rows, cols, &ost, &cs[1]);
@@ -975,14 +1130,16 @@ int main(int argc, char **argv) {
                     if (tty) printf("\n");
                     TRY(s);
                 }
-                sum += lv, steps++;
+                sum += lv, steps++, step_loss = lv, total_steps++;
                 progress(tty, (int)e + 1, b + (int64_t)m, used, sum / (double)steps, t0, &decile);
                 continue;
             }
             if (s == EM_OK) s = em_module_forward(model, x, true, &logits);
             if (s == EM_OK) s = em_loss_cross_entropy(logits, y, &loss);
+            if (s == EM_OK) s = dist_weight(&loss, lo, hi, (int64_t)m);
             if (s == EM_OK) s = em_tensor_item(loss, &lv);
-            if (s == EM_OK) s = em_backward(loss, &g);
+            if (s == EM_OK) s = dist_mean(inner, &lv);
+            if (s == EM_OK) s = dist_backward(loss, &g);
             if (s == EM_OK) s = em_optimizer_step(opt, g, 1.0);
             em_grads_release(g), em_tensor_release(loss), em_tensor_release(logits),
                 em_tensor_release(x), em_tensor_release(y);
@@ -990,7 +1147,7 @@ int main(int argc, char **argv) {
                 if (tty) printf("\n");
                 TRY(s);
             }
-            sum += lv, steps++;
+            sum += lv, steps++, step_loss = lv, total_steps++;
             progress(tty, (int)e + 1, b + (int64_t)m, used, sum / (double)steps, t0, &decile);
         }
         double dt = now_s() - t0;
@@ -1000,6 +1157,11 @@ int main(int argc, char **argv) {
         printf("epoch %ld: %.2f s, mean loss %.4f, %.0f samples/s\n", e + 1, dt, last_loss,
                (double)used / dt);
         fflush(stdout);
+    }
+    if (!c.eval_only) printf("loss after step %ld: %.9g\n", total_steps, step_loss);
+    if (g_dist.rank != 0) { /* --distributed: rank 0 alone saves and evaluates */
+        rc = 0;
+        goto fail;
     }
     if (c.quantize != NULL) TRY(quantize_model(c.quantize, params, NULL));
     if (c.save != NULL) TRY(save_model(model, params, c.save));
