@@ -7,7 +7,9 @@
  * parameter larger than bucket_bytes has a bucket of its own). Buckets are numbered in the
  * order they were opened; every rank builds the same ones from the same module.
  *
- * A bucket is a host buffer of its dtype: its parameters' gradients end to end, then one flag
+ * A bucket is a host tensor of its dtype (made once on the cpu device, or ref, and written
+ * through em_tensor_host_data, so that MPI reduces it in place with no copy; where the
+ * device does not lend its memory, a private buffer copied in and out around each reduction): its parameters' gradients end to end, then one flag
  * per parameter (1 when this rank's loss reached it), then one "failed" element (1 when this
  * rank failed before the bucket started). The whole buffer is all-reduced with EM_DIST_MEAN:
  * a gradient becomes the average with zeros for the ranks that gave none, a flag above 0 says
@@ -47,9 +49,10 @@ typedef struct ddp_bucket {
     size_t np;
     size_t numel;     /* gradient elements (the flags and the failed element follow) */
     size_t total;     /* numel + np + 1 */
-    unsigned char *host;
+    unsigned char *host; /* b->t's own memory when mapped, else a malloc'd buffer */
+    bool mapped;      /* host is t's buffer (em_tensor_host_data): no copies around MPI */
     size_t ready;     /* parameters whose gradient arrived this backward */
-    em_tensor *t;     /* the tensor being reduced (while started) */
+    em_tensor *t;     /* the tensor reduced (mapped: made once; else while started) */
     em_dist_work *work;
     bool started, closed;
     double t_start;   /* seconds since the backward began (EMBER_DDP_REPORT) */
@@ -145,7 +148,7 @@ void em_ddp_free(em_ddp *ddp) {
         if (b->work) (void)em_dist_wait(b->work);
         em_tensor_release(b->t);
         free(b->params);
-        free(b->host);
+        if (!b->mapped) free(b->host);
     }
     free(ddp->b);
     free(ddp->p);
@@ -232,7 +235,26 @@ em_status em_ddp_create(em_dist *d, em_module *m, size_t bucket_bytes, em_ddp **
     for (size_t k = 0; s == EM_OK && k < ddp->nb; k++) {
         ddp_bucket *b = &ddp->b[k];
         b->total = b->numel + b->np + 1;
-        b->host = malloc(b->total * b->es);
+        /* a host tensor whose memory the hook writes and MPI reduces in place; a private
+         * buffer and copies where the host device does not lend its memory */
+        const int64_t shape[1] = {(int64_t)b->total};
+        void *mem = NULL;
+        if (em_zeros(shape, 1, b->dt, ddp->host, &b->t) == EM_OK) {
+            (void)em_scope_escape(b->t);
+            unsigned char *tmp = malloc(b->total * b->es);
+            /* em_tensor_to_data waits for pending work: the zeros are in before we write */
+            if (tmp && em_tensor_to_data(b->t, tmp, b->total * b->es) == EM_OK &&
+                em_tensor_host_data(b->t, &mem) == EM_OK) {
+                b->host = mem;
+                b->mapped = true;
+            }
+            free(tmp);
+        }
+        if (!b->mapped) {
+            em_tensor_release(b->t);
+            b->t = NULL;
+            b->host = malloc(b->total * b->es);
+        }
         if (!b->host) s = em_backend_set_error(EM_ERR_NOMEM, "%s: out of memory", fn_create);
         for (size_t q = 0; q < b->np; q++) ddp->p[b->params[q]].flag = b->numel + q;
     }
@@ -249,11 +271,12 @@ static em_status start_bucket(em_ddp *ddp, size_t k) {
     ddp_bucket *b = &ddp->b[k];
     const int64_t shape[1] = {(int64_t)b->total};
     if (ddp->failed) put_flag(b->host, b->dt, b->total - 1, 1);
-    em_status s = em_tensor_from_data(b->host, b->dt, shape, 1, ddp->host, &b->t);
-    if (s == EM_OK) {
-        (void)em_scope_escape(b->t); /* ours, whatever scope the caller has open */
-        s = em_all_reduce_start(ddp->d, b->t, EM_DIST_MEAN, &b->work);
+    em_status s = EM_OK;
+    if (!b->mapped) {
+        s = em_tensor_from_data(b->host, b->dt, shape, 1, ddp->host, &b->t);
+        if (s == EM_OK) (void)em_scope_escape(b->t); /* ours, whatever scope is open */
     }
+    if (s == EM_OK) s = em_all_reduce_start(ddp->d, b->t, EM_DIST_MEAN, &b->work);
     b->started = true; /* even on failure: never started twice */
     b->t_start = now_s() - ddp->t0;
     return s;
@@ -312,7 +335,7 @@ em_status em_ddp_backward(em_ddp *ddp, const em_tensor *loss, em_grads **grads) 
         b->ready = 0;
         b->started = false;
         b->work = NULL;
-        b->t = NULL;
+        if (!b->mapped) b->t = NULL;
     }
     ddp->next_start = 0;
     ddp->failed = false;
@@ -347,7 +370,7 @@ em_status em_ddp_backward(em_ddp *ddp, const em_tensor *loss, em_grads **grads) 
             s = em_backend_set_error(EM_ERR_STATE, "%s: bucket %zu was not started", fn_backward, k);
             snprintf(msg, sizeof msg, "%s", em_last_error());
         }
-        if (s == EM_OK) {
+        if (s == EM_OK && !b->mapped) {
             s = em_tensor_to_data(b->t, b->host, b->total * b->es);
             if (s != EM_OK) snprintf(msg, sizeof msg, "%s", em_last_error());
         }
@@ -384,6 +407,7 @@ em_status em_ddp_backward(em_ddp *ddp, const em_tensor *loss, em_grads **grads) 
         fprintf(stderr, "\n");
     }
     for (size_t k = 0; k < ddp->nb; k++) {
+        if (ddp->b[k].mapped) continue;
         em_tensor_release(ddp->b[k].t);
         ddp->b[k].t = NULL;
     }
