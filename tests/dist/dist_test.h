@@ -48,4 +48,14 @@ static inline double dt_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* the cpu device when this build has it, else ref (both keep host memory) */
+static inline em_device dt_host(void) {
+    em_device dev = {EM_BACKEND_REF, 0, false, EM_CKPT_NONE};
+    if (em_device_parse("cpu", &dev) != EM_OK) {
+        em_clear_error();
+        dev = (em_device){EM_BACKEND_REF, 0, false, EM_CKPT_NONE};
+    }
+    return dev;
+}
+
 #endif

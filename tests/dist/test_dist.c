@@ -229,7 +229,7 @@ static void test_half_rounding(em_dist *d) {
         em_dtype dt = k ? EM_BF16 : EM_F16;
         uint16_t x = k ? em_f32_to_bf16(R ? b : a) : em_f32_to_f16(R ? b : a);
         em_tensor *t = NULL;
-        OK(em_tensor_from_data(&x, dt, NULL, 0, (em_device){EM_BACKEND_CPU, 0, false, 0}, &t));
+        OK(em_tensor_from_data(&x, dt, NULL, 0, dt_host(), &t));
         OK(em_all_reduce(d, t, EM_DIST_SUM));
         uint16_t got = 0;
         OK(em_tensor_to_data(t, &got, 2));
@@ -290,7 +290,7 @@ static void test_overlap(em_dist *d, em_device dev) {
 
 /* The argument errors: local, before any communication (the ranks stay in step). */
 static void test_errors(em_dist *d) {
-    em_device cpu = {EM_BACKEND_CPU, 0, false, 0};
+    em_device cpu = dt_host();
     const int64_t shape[1] = {N + 1};
     em_tensor *t = make(EM_F32, shape, 1, cpu, R), *i32 = make(EM_I32, shape, 1, cpu, R),
               *b = make(EM_BOOL, shape, 1, cpu, R), *z = make(EM_F32, NULL, 0, cpu, R);

@@ -11,7 +11,7 @@ static void late_rank(em_dist *d, double timeout, int late, bool barrier, const 
     int r = em_dist_rank(d);
     float v = (float)(r + 1);
     em_tensor *t = NULL;
-    OK(em_tensor_from_data(&v, EM_F32, NULL, 0, (em_device){EM_BACKEND_CPU, 0, false, 0}, &t));
+    OK(em_tensor_from_data(&v, EM_F32, NULL, 0, dt_host(), &t));
     if (r == late) {
         usleep((useconds_t)((timeout + 1.5) * 1e6)); /* past the others' timeout */
         /* the others have given up, but their collective is still posted with MPI: this one
