@@ -18,6 +18,11 @@ dir=${EMBER_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # ranks share the machine's cores: one thread each
 export EMBER_NUM_THREADS=${EMBER_NUM_THREADS:-1}
+# the sanitizer options set by ctest (tests/dist/CMakeLists.txt) reach every rank
+xenv=()
+for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do
+    [ -n "${!v:-}" ] && xenv+=(-x "$v")
+done
 fail=0
 if [ ! -r "$dir/train-images-idx3-ubyte.gz" ] || [ ! -r "$dir/t10k-images-idx3-ubyte.gz" ]; then
     echo "skipping: Fashion-MNIST not found in $dir (apt-get install dataset-fashion-mnist)"
@@ -46,7 +51,7 @@ compare() {
     one=$("$bin" "${args[@]}" 2>&1)
     rc1=$?
     # shellcheck disable=SC2086
-    many=$("$mpiexec" $over "$npflag" "$n" "$bin" --distributed "${args[@]}" \
+    many=$("$mpiexec" $over "${xenv[@]}" "$npflag" "$n" "$bin" --distributed "${args[@]}" \
            --save "$tmp/ddp$n.safetensors" 2>&1)
     rcn=$?
     local l1 ln m1 mn a1 an
@@ -86,7 +91,7 @@ compare 2 64
 compare 3 66
 
 # a global batch that the ranks cannot share equally
-out=$("$mpiexec" "$npflag" 2 "$bin" --distributed --device cpu --batch 63 --limit 630 2>&1)
+out=$("$mpiexec" "${xenv[@]}" "$npflag" 2 "$bin" --distributed --device cpu --batch 63 --limit 630 2>&1)
 rc=$?
 if [ $rc != 2 ] || ! echo "$out" | grep -q 'must be a multiple of the number of ranks'; then
     echo "FAIL: --batch 63 over 2 ranks: exit $rc (want 2), output: $(echo "$out" | tail -3)"
