@@ -14,6 +14,9 @@ extern const em_backend_ops em_cpu_backend_ops;
 #ifdef EMBER_WITH_OPENCL
 extern const em_backend_ops em_opencl_backend_ops;
 #endif
+#ifdef EMBER_WITH_VULKAN
+extern const em_backend_ops em_vulkan_backend_ops;
+#endif
 #ifdef EMBER_WITH_REMOTE
 extern const em_backend_ops em_remote_backend_ops;
 #endif
@@ -67,6 +70,9 @@ static void emi_reg_init(void) {
 #endif
 #ifdef EMBER_WITH_OPENCL
     emi_install(&em_opencl_backend_ops);
+#endif
+#ifdef EMBER_WITH_VULKAN
+    emi_install(&em_vulkan_backend_ops);
 #endif
 #ifdef EMBER_WITH_REMOTE
     emi_install(&em_remote_backend_ops);
