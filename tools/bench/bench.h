@@ -21,7 +21,8 @@ void bench_loop_fma_relu(float *restrict z, const float *restrict a, const float
 
 /* the subcommands */
 int bench_cpu(int argc, char **argv);
-int bench_opencl(int argc, char **argv); /* opencl.c */
+int bench_opencl(int argc, char **argv); /* gpu.c */
+int bench_vulkan(int argc, char **argv); /* gpu.c */
 int bench_remote(int argc, char **argv); /* remote.c (issue 7), with EMBER_WITH_REMOTE */
 int bench_graph(int argc, char **argv);  /* graph.c: captured graphs */
 int bench_quant(int argc, char **argv);  /* quant.c: quantized matmul vs sgemm (issue 17) */
