@@ -139,11 +139,47 @@ em_status vk_alloc(void *ctx, size_t bytes, void **buf) {
     return EM_OK;
 }
 
+em_status vk_staging_get(vk_dev *d, size_t bytes, vk_buf **out) {
+    int idx;
+    size_t cap = vk_class(bytes ? bytes : 1, &idx);
+    vk_buf *b = NULL;
+    pthread_mutex_lock(&d->mlock);
+    for (vk_buf **pp = &d->scache[idx]; *pp; pp = &(*pp)->next)
+        if ((*pp)->cap == cap) {
+            b = *pp;
+            *pp = b->next;
+            d->scached -= b->cap;
+            break;
+        }
+    pthread_mutex_unlock(&d->mlock);
+    if (!b) {
+        em_status s = vk_buf_create(d, cap, d->host_type, true, &b);
+        if (s == EM_ERR_NOMEM) {
+            vk_memory_release(d);
+            s = vk_buf_create(d, cap, d->host_type, true, &b);
+        }
+        if (s != EM_OK) return s;
+        b->cap = cap;
+        b->staging = true;
+    }
+    b->bytes = bytes;
+    b->next = NULL;
+    *out = b;
+    return EM_OK;
+}
+
 void vk_buf_recycle(vk_dev *d, vk_buf *b) {
     int idx;
     vk_class(b->cap, &idx);
     pthread_mutex_lock(&d->mlock);
-    if (d->cached + b->cap <= d->cache_cap) {
+    if (b->staging) {
+        if (d->scached + b->cap <= VK_STAGING_CACHE) {
+            b->next = d->scache[idx];
+            d->scache[idx] = b;
+            d->scached += b->cap;
+            b = NULL;
+        }
+    } else if (d->cached + b->cap <= d->cache_cap) {
         b->next = d->cache[idx];
         d->cache[idx] = b;
         d->cached += b->cap;
@@ -199,8 +235,15 @@ void vk_memory_release(void *ctx) {
             b->next = all;
             all = b;
         }
+        while (d->scache[i]) {
+            vk_buf *b = d->scache[i];
+            d->scache[i] = b->next;
+            b->next = all;
+            all = b;
+        }
     }
     d->cached = 0;
+    d->scached = 0;
     pthread_mutex_unlock(&d->mlock);
     while (all) {
         vk_buf *b = all;

@@ -236,8 +236,8 @@ static void vk_batch_retire(vk_dev *d, vk_batch *b) {
     while (b->deferred) {
         vk_buf *x = b->deferred;
         b->deferred = x->next;
-        if (x->cap) vk_buf_recycle(d, x); /* a tensor buffer */
-        else vk_buf_destroy(d, x);        /* a staging buffer */
+        if (x->cap) vk_buf_recycle(d, x); /* a tensor or staging buffer: to its cache */
+        else vk_buf_destroy(d, x);        /* one outside the caches */
     }
     vkResetFences(d->dev, 1, &b->fence);
     b->next = d->idle;

@@ -47,7 +47,8 @@ typedef struct vk_buf {
     VkDeviceMemory memory;
     void *map;      /* host pointer of the whole buffer, or NULL (device-only memory) */
     size_t bytes;   /* the size asked for */
-    size_t cap;     /* the size allocated (a size class) */
+    size_t cap;     /* the size allocated (a size class; 0: a buffer outside the caches) */
+    bool staging;   /* a host-visible staging buffer (its own cache), not a tensor's */
     struct vk_buf *next; /* in the allocator's lists */
     struct vk_buf *lprev, *lnext; /* in the device's list of live tensor buffers */
 } vk_buf;

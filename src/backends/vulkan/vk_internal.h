@@ -70,6 +70,8 @@ struct vk_dev {
     pthread_mutex_t mlock;
     vk_buf *cache[64];          /* free buffers by size class */
     size_t cached, cache_cap;
+    vk_buf *scache[64];         /* free staging buffers by size class */
+    size_t scached;             /* their bytes (at most VK_STAGING_CACHE) */
     vk_buf *live;               /* tensor buffers handed out (destroyed at exit with the rest:
                                    the core may still cache some then) */
     atomic_size_t in_use, peak;
@@ -87,8 +89,13 @@ void vk_destroy_live(vk_dev *d);
 /** A buffer of `bytes` of memory type `type` (mapped when host_visible), not cached. */
 em_status vk_buf_create(vk_dev *d, size_t bytes, uint32_t type, bool map, vk_buf **out);
 void vk_buf_destroy(vk_dev *d, vk_buf *b);
-/** Returns a tensor buffer to the cache (or destroys it); the caller knows no work uses it. */
+/** Returns a buffer to its cache (tensor or staging buffers; or destroys it); the caller knows
+ *  no work uses it. */
 void vk_buf_recycle(vk_dev *d, vk_buf *b);
+/** A mapped host-visible staging buffer of at least `bytes`, from the staging cache. Give it
+ *  back with vk_release_after (or vk_buf_recycle once no work uses it). */
+em_status vk_staging_get(vk_dev *d, size_t bytes, vk_buf **out);
+#define VK_STAGING_CACHE ((size_t)256 << 20)
 
 /** True once the backend was torn down at exit (vulkan.c): frees then do nothing. */
 bool vk_shut_down(void);

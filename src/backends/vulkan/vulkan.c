@@ -433,13 +433,13 @@ void vk_set_i64(vk_params *p, int k, int64_t x) {
 static em_status vk_staged(vk_dev *d, vk_buf *b, size_t offset, void *host, size_t bytes,
                            bool to_dev) {
     vk_buf *st;
-    em_status s = vk_buf_create(d, bytes, d->host_type, true, &st);
+    em_status s = vk_staging_get(d, bytes, &st);
     if (s != EM_OK) return s;
     vk_batch *bt;
     if (to_dev) memcpy(st->map, host, bytes);
     s = vk_batch_current(d, &bt);
     if (s != EM_OK) {
-        vk_buf_destroy(d, st);
+        vk_buf_recycle(d, st);
         return s;
     }
     vk_barrier(d, bt->cb);
@@ -449,14 +449,12 @@ static em_status vk_staged(vk_dev *d, vk_buf *b, size_t offset, void *host, size
     vkCmdCopyBuffer(bt->cb, to_dev ? st->buffer : b->buffer, to_dev ? b->buffer : st->buffer, 1,
                     &reg);
     if (to_dev) {
-        st->next = bt->deferred; /* destroyed (not cached) when the batch completes */
-        st->cap = 0;
-        bt->deferred = st;
+        vk_release_after(d, st); /* back to the staging cache when the copy has run */
         return EM_OK;
     }
     s = vk_wait_idle(d);
     if (s == EM_OK) memcpy(host, st->map, bytes);
-    vk_buf_destroy(d, st);
+    vk_buf_recycle(d, st);
     return s;
 }
 
