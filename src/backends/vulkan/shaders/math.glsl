@@ -10,7 +10,17 @@ float m_copysign(float x, float s) {
 }
 bool m_signbit(float x) { return (floatBitsToUint(x) & 0x80000000u) != 0u; }
 float m_exp(float x) { return exp(x); }
-float m_log(float x) { return log(x); }
+/* A subnormal x (biased exponent 0, mantissa m != 0) is m * 2^-149: the device may flush it to 0
+ * in arithmetic, so its logs are taken of the integer m (exact as a float) less 149 binades. */
+bool m_subnormal(float x) {
+    uint b = floatBitsToUint(x);
+    return (b & 0x7f800000u) == 0u && (b & 0x007fffffu) != 0u && (b & 0x80000000u) == 0u;
+}
+float m_subnormal_mantissa(float x) { return float(floatBitsToUint(x) & 0x007fffffu); }
+float m_log(float x) {
+    if (m_subnormal(x)) return log(m_subnormal_mantissa(x)) - 149.0 * 0.693147180559945;
+    return log(x);
+}
 /* log(1 + x) accurate near 0 (Kahan: log(u) * x / (u - 1) with u = 1 + x). */
 float m_log1p(float x) {
     if (isinf(x) && x > 0.0) return x;
@@ -32,9 +42,44 @@ float m_sqrt(float x) { return sqrt(x); }
 float m_sin(float x) { return sin(x); }
 float m_cos(float x) { return cos(x); }
 float m_tan(float x) { return tan(x); }
-float m_asin(float x) { return asin(x); }
-float m_acos(float x) { return acos(x); }
-float m_atan(float x) { return atan(x); }
+/* atan(a) for a >= 0 (inf included; the device's atan, asin and acos are off by 1e-4 and give
+ * 0 for NaN): a > 1 as pi/2 - atan(1/a); y in [0, 1] as atan(c) + atan((y - c) / (1 + c y)),
+ * c = j/8 the nearest eighth, |t| <= 1/16, atan(t) = t - t^3/3 + t^5/5 - t^7/7 (truncation
+ * below 1e-10): within 2 float ulps. */
+float m_atan_pos(float a) {
+    bool inv = a > 1.0;
+    float y = inv ? 1.0 / a : a;
+    float c = roundEven(y * 8.0);
+    int j = int(c);
+    c *= 0.125;
+    float t = (y - c) / (1.0 + c * y);
+    float z = t * t;
+    float tab = j == 0 ? 0.0 : j == 1 ? 0.124354995 : j == 2 ? 0.244978663 : j == 3 ? 0.358770670
+              : j == 4 ? 0.463647609 : j == 5 ? 0.558599315 : j == 6 ? 0.643501109
+              : j == 7 ? 0.718829999 : 0.785398163;
+    float r = tab + (t - t * z * (1.0 / 3.0 - z * (0.2 - z * (1.0 / 7.0))));
+    if (inv) r = (1.57079637 - r) - 4.37113883e-8; /* pi/2 = 1.57079637 - 4.37e-8 */
+    return r;
+}
+float m_atan(float x) {
+    if (isnan(x)) return x;
+    if (abs(x) < 1e-10) return x;
+    return m_copysign(m_atan_pos(abs(x)), x);
+}
+/* asin x = atan(x / sqrt((1 - |x|)(1 + |x|))), 1 - |x| exact near 1 */
+float m_asin(float x) {
+    if (isnan(x)) return x;
+    float a = abs(x);
+    if (a > 1.0) return uintBitsToFloat(0x7fc00000u);
+    if (a < 1e-10) return x;
+    return m_copysign(m_atan_pos(a / sqrt((1.0 - a) * (1.0 + a))), x);
+}
+/* acos x = 2 atan(sqrt((1 - x) / (1 + x))); x = -1 gives 2 atan(inf) = pi */
+float m_acos(float x) {
+    if (isnan(x)) return x;
+    if (abs(x) > 1.0) return uintBitsToFloat(0x7fc00000u);
+    return 2.0 * m_atan_pos(sqrt((1.0 - x) / (1.0 + x)));
+}
 float m_atan2(float y, float x) {
     /* GLSL's atan(y, x) is undefined at x = 0 = y and for infinities: C's atan2 there */
     if (isnan(x) || isnan(y)) return x + y;
@@ -74,8 +119,11 @@ float m_cosh(float x) {
     float e = exp(a);
     return 0.5 * (e + 1.0 / e);
 }
-float m_log2(float x) { return log2(x); }
-float m_log10(float x) { return log2(x) * 0.301029995663981; }
+float m_log2(float x) {
+    if (m_subnormal(x)) return log2(m_subnormal_mantissa(x)) - 149.0;
+    return log2(x);
+}
+float m_log10(float x) { return m_log2(x) * 0.301029995663981; }
 float m_pow(float a, float b) {
     /* C's pow: the special cases GLSL leaves undefined (a < 0, a = 0, b = 0) */
     if (b == 0.0) return 1.0;
