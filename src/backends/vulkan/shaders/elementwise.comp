@@ -27,7 +27,11 @@ BUF(4, A, b_);
 void main() {
     GRID_LOOP(i, N) {
         bool pick = CAT(LD_, C)(c_[vidx(1, i)]) != 0;
+#ifdef WHERE_NARROW
+        o_[vidx(0, i)] = CAT(TY_, O)(pick ? uint(a_[vidx(2, i)]) : uint(b_[vidx(3, i)]));
+#else
         o_[vidx(0, i)] = pick ? a_[vidx(2, i)] : b_[vidx(3, i)];
+#endif
     }
 }
 #else
