@@ -8,6 +8,13 @@
  * Short lines are scanned one per invocation (serial mode), long ones by a workgroup each
  * (group mode). Float dtypes accumulate in double where the device has shaderFloat64 (the
  * *64 variants: ref's arithmetic), else in float with compensated sums.
+ *
+ * Known limit (to fix): lavapipe's llvmpipe caps the iterations of a shader's loop nest
+ * (its loop limiter, 65,535) and then leaves the loop silently. Measured here: a workgroup's
+ * line of about 8.39M elements or more (32,767 iterations an invocation inside the line loop;
+ * fewer for the multi-pass ops: var, logsumexp, softmax) and a cumprod / cummax / cummin line
+ * over 65,535 elements (one invocation a line) come out wrong there. The fix is to split long
+ * lines over several workgroups (partials in vk_scratch, then a combining dispatch).
  */
 #include <stdio.h>
 #include <string.h>
