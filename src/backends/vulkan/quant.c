@@ -141,9 +141,10 @@ em_status vk_qmatmul(void *ctx, const em_view *out, const em_view *a, const em_q
     if (M == 0 || N == 0) return EM_OK;
     if (q_blocked(bs) && bs->axis == 1) return qmm_along_n(d, out, a, b, bs);
     /* case (1): a's rows as q8 blocks along K in scratch memory, then the int8 product; the
-     * rows in chunks whose int8 blocks fit one binding */
+     * rows in chunks whose int8 blocks fit one binding (and int32 indices) */
     const int64_t nkb = (K + EM_QBLOCK - 1) / EM_QBLOCK, row_bytes = nkb * EM_QBLOCK;
-    int64_t chunk = (int64_t)(d->max_range / (VkDeviceSize)row_bytes);
+    VkDeviceSize cap = d->max_range < (VkDeviceSize)INT32_MAX ? d->max_range : INT32_MAX;
+    int64_t chunk = (int64_t)(cap / (VkDeviceSize)row_bytes); /* int32 indices in the shaders */
     if (chunk > M) chunk = M;
     if (chunk < 1)
         return em_backend_set_error(EM_ERR_UNSUPPORTED, "vulkan: qmatmul: K = %lld is too large "
