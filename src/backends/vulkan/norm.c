@@ -10,8 +10,7 @@
 
 #include "vk_internal.h"
 
-#define NORM_RWG 128   /* norm.comp's RWG: the workgroup size of the per-line kernels */
-#define NORM_MAXG 65535u
+#define NORM_MAXG 65535u /* workgroups of a dispatch dimension (norm.comp loops over more lines) */
 
 static bool nm_float(em_dtype dt) {
     return dt == EM_F32 || dt == EM_F64 || dt == EM_F16 || dt == EM_BF16;
@@ -54,9 +53,8 @@ static void nm_groups(int64_t lines, uint32_t g[3]) {
     g[1] = g[2] = 1;
 }
 
-static em_status nm_name(char *name, size_t n, const char *kern, em_dtype dt) {
+static void nm_name(char *name, size_t n, const char *kern, em_dtype dt) {
     snprintf(name, n, "%s.%s", kern, vk_dtype_tag(dt));
-    return EM_OK;
 }
 
 em_status vk_batch_norm(void *ctx, const em_view *out, const em_view *save_mean,
