@@ -20,7 +20,7 @@
 #include "common.glsl"
 
 #define TS 8
-#define RB 4
+#define RB 4 /* fixed: the 4-vectors below */
 #define BT (TS * RB)
 layout(local_size_x = TS, local_size_y = TS) in;
 
@@ -30,6 +30,29 @@ BUF(3, A, b_);
 
 #define ACC CAT(CT_, A)
 #define LDA(x) CAT(LD_, A)(x)
+/* a 4-vector of ACC: the blocks live in vectors, not arrays (lavapipe's LLVM 15 hit a
+ * use-after-free in its coroutine passes on the local arrays of an earlier version) */
+#define V4_f32 vec4
+#define V4_f16 vec4
+#define V4_bf16 vec4
+#define V4_f64 dvec4
+#define V4_i64 i64vec4
+#define V4_i32 ivec4
+#define V4_i16 ivec4
+#define V4_i8 ivec4
+#define V4_u8 ivec4
+#define V4 CAT(V4_, A)
+
+#define STORE_ROW(r, accr)                                                                     \
+    {                                                                                          \
+        const int i = i0 + (r) * TS;                                                           \
+        if (i < m) {                                                                           \
+            if (j0 < n) o_[oo + i * osm + j0 * osn] = CAT(ST_, A)(accr.x);                     \
+            if (j0 + TS < n) o_[oo + i * osm + (j0 + TS) * osn] = CAT(ST_, A)(accr.y);         \
+            if (j0 + 2 * TS < n) o_[oo + i * osm + (j0 + 2 * TS) * osn] = CAT(ST_, A)(accr.z); \
+            if (j0 + 3 * TS < n) o_[oo + i * osm + (j0 + 3 * TS) * osn] = CAT(ST_, A)(accr.w); \
+        }                                                                                      \
+    }
 
 void main() {
     const int m = P.i[0], n = P.i[1], k = P.i[2];
@@ -42,27 +65,23 @@ void main() {
         for (int by = int(gl_WorkGroupID.y); by < nby; by += int(gl_NumWorkGroups.y)) {
             for (int bx = int(gl_WorkGroupID.x); bx < nbx; bx += int(gl_NumWorkGroups.x)) {
                 const int i0 = by * BT + ty, j0 = bx * BT + tx;
-                int ar[RB], bc[RB];
-                for (int r = 0; r < RB; r++) ar[r] = ao + min(i0 + r * TS, m - 1) * asm_;
-                for (int c = 0; c < RB; c++) bc[c] = bo + min(j0 + c * TS, n - 1) * bsn;
-                ACC acc[RB][RB];
-                for (int r = 0; r < RB; r++)
-                    for (int c = 0; c < RB; c++) acc[r][c] = ACC(0);
+                /* row / column starts, clamped into the matrix (those past it not stored) */
+                const ivec4 ar = ao + min(ivec4(i0, i0 + TS, i0 + 2 * TS, i0 + 3 * TS), m - 1) * asm_;
+                const ivec4 bc = bo + min(ivec4(j0, j0 + TS, j0 + 2 * TS, j0 + 3 * TS), n - 1) * bsn;
+                V4 acc0 = V4(0), acc1 = V4(0), acc2 = V4(0), acc3 = V4(0);
                 for (int p = 0; p < k; p++) {
-                    ACC av[RB], bv[RB];
-                    for (int r = 0; r < RB; r++) av[r] = LDA(a_[ar[r] + p * ask]);
-                    for (int c = 0; c < RB; c++) bv[c] = LDA(b_[bc[c] + p * bsk]);
-                    for (int r = 0; r < RB; r++)
-                        for (int c = 0; c < RB; c++) acc[r][c] += av[r] * bv[c];
+                    const int pa = p * ask, pb = p * bsk;
+                    const V4 bv = V4(LDA(b_[bc.x + pb]), LDA(b_[bc.y + pb]), LDA(b_[bc.z + pb]),
+                                     LDA(b_[bc.w + pb]));
+                    acc0 += LDA(a_[ar.x + pa]) * bv;
+                    acc1 += LDA(a_[ar.y + pa]) * bv;
+                    acc2 += LDA(a_[ar.z + pa]) * bv;
+                    acc3 += LDA(a_[ar.w + pa]) * bv;
                 }
-                for (int r = 0; r < RB; r++) {
-                    const int i = i0 + r * TS;
-                    if (i >= m) break;
-                    for (int c = 0; c < RB; c++) {
-                        const int j = j0 + c * TS;
-                        if (j < n) o_[oo + i * osm + j * osn] = CAT(ST_, A)(acc[r][c]);
-                    }
-                }
+                STORE_ROW(0, acc0)
+                STORE_ROW(1, acc1)
+                STORE_ROW(2, acc2)
+                STORE_ROW(3, acc3)
             }
         }
     }
