@@ -69,6 +69,9 @@ em_status vk_index_select(void *ctx, const em_view *out, const em_view *in, int 
     return vk_gather(ctx, out, in, dim, &x);
 }
 
+/* The index elements along dim that one scatter dispatch walks. */
+#define IX_CHUNK 4096
+
 em_status vk_scatter_add(void *ctx, const em_view *out, int dim, const em_view *index,
                          const em_view *src) {
     vk_dev *d = ctx;
@@ -95,7 +98,15 @@ em_status vk_scatter_add(void *ctx, const em_view *out, int dim, const em_view *
     bool by_lines = lines >= 64 || lines * 4 >= n;
     snprintf(name, sizeof name, "%s.%s", by_lines ? "scatter_lines" : "scatter_elems",
              vk_dtype_tag(out->dtype));
-    return vk_launch_1d(d, name, by_lines ? lines : n, &p, 3, bufs);
+    /* a chunk of the line a dispatch (lavapipe's loop limiter: 65,535 iterations a loop
+     * nest, GRID_LOOP's included); the dispatches run in order, each continuing from the sums
+     * the previous one stored, so the result is ref's sequence of rounded adds */
+    for (int64_t j0 = 0; s == EM_OK && j0 < len; j0 += IX_CHUNK) {
+        p.i[3] = (int32_t)j0;
+        p.i[4] = (int32_t)(j0 + IX_CHUNK < len ? j0 + IX_CHUNK : len);
+        s = vk_launch_1d(d, name, by_lines ? lines : n, &p, 3, bufs);
+    }
+    return s;
 }
 
 /* The key tag of sort_merge for a dtype: floats compare as f32 (f64 as f64), ints as i32 or

@@ -12,7 +12,9 @@
  * Index buffers are bound as 32-bit words: an i64 index (P.i[0] = 1) is read by its low word
  * (the core has range-checked the values), so no variant needs shaderInt64 for indices.
  * Scatter rounds to the dtype after every add (as ref does), ints wrap, bool ORs; each out
- * element is written by one invocation only (deterministic, no atomics).
+ * element is written by one invocation only (deterministic, no atomics). A long index line is
+ * split over several dispatches (P.i[3], P.i[4]: the range of j), each continuing from the
+ * values the previous one stored: lavapipe ends a loop nest silently past 65,535 iterations.
  */
 #version 450
 #include "common.glsl"
@@ -77,7 +79,7 @@ CAT(CT_, A) add1(CAT(CT_, A) acc, CAT(CT_, A) s) {
 
 #if defined(K_SCATTER_LINES)
 /* P.v[0] out, P.v[1] index, P.v[2] src (index's shape), P.v[3] index's heads (dim's extent
- * 1); P.i[1] dim, P.i[2] the number of lines. */
+ * 1); P.i[1] dim, P.i[2] the number of lines; this dispatch adds j in [P.i[3], P.i[4]). */
 void main() {
     int dim = P.i[1];
     GRID_LOOP(e, P.i[2]) {
@@ -89,9 +91,9 @@ void main() {
             xo += c * P.v[1].strides[d];
             so += c * P.v[2].strides[d];
         }
-        int n = P.v[1].shape[dim], xs = P.v[1].strides[dim], ss = P.v[2].strides[dim];
+        int xs = P.v[1].strides[dim], ss = P.v[2].strides[dim];
         int os = P.v[0].strides[dim];
-        for (int j = 0; j < n; j++) {
+        for (int j = P.i[3]; j < P.i[4]; j++) {
             int o = oo + ld_index(xo + j * xs) * os;
             CAT(CT_, A) v = add1(CAT(LD_, A)(o_[o]), CAT(LD_, A)(s_[so + j * ss]));
             o_[o] = CAT(ST_, A)(v);
@@ -100,7 +102,8 @@ void main() {
 }
 #else
 /* P.v[0] out, P.v[1] index, P.v[2] src; P.i[1] dim. Out element c gets every src[c'] with
- * index[c'] == c[dim] (c' = c with dim replaced by j), in increasing j. */
+ * index[c'] == c[dim] (c' = c with dim replaced by j), in increasing j; this dispatch scans
+ * j in [P.i[3], P.i[4]). */
 void main() {
     int dim = P.i[1];
     GRID_LOOP(e, P.v[0].numel) {
@@ -119,10 +122,10 @@ void main() {
             }
         }
         if (!inside) continue;
-        int n = P.v[1].shape[dim], xs = P.v[1].strides[dim], ss = P.v[2].strides[dim];
+        int xs = P.v[1].strides[dim], ss = P.v[2].strides[dim];
         bool hit = false;
         CAT(CT_, A) acc = CAT(LD_, A)(o_[oo]);
-        for (int j = 0; j < n; j++) {
+        for (int j = P.i[3]; j < P.i[4]; j++) {
             if (ld_index(xo + j * xs) != t) continue;
             acc = add1(acc, CAT(LD_, A)(s_[so + j * ss]));
             hit = true;
