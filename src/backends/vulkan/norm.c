@@ -11,6 +11,23 @@
 #include "vk_internal.h"
 
 #define NORM_MAXG 65535u /* workgroups of a dispatch dimension (norm.comp loops over more lines) */
+#define NORM_RWG 256      /* norm.comp's RWG: the invocations of a per-line workgroup */
+#define NORM_UNR 16       /* norm.comp's UNR: the elements an invocation takes an iteration */
+
+/* EM_OK when a per-line kernel over `lines` lines of `len` elements, `passes` passes over
+ * each, keeps every invocation's loop iterations (all loops together) well below 65,535:
+ * lavapipe's loop limiter leaves loops silently beyond that (norm.comp). With 16 elements an
+ * iteration that holds for any line a 128 MiB binding can hold; else EM_ERR_UNSUPPORTED. To
+ * lift: split long lines over several workgroups (partial sums in scratch, then a combining
+ * dispatch). */
+static em_status nm_budget(const char *op, int64_t lines, int64_t len, int passes) {
+    const int64_t rounds = (lines + NORM_MAXG - 1) / NORM_MAXG, blk = NORM_RWG * NORM_UNR;
+    const int64_t iters = rounds * (passes * ((len + blk - 1) / blk) + 40);
+    if (iters <= 60000) return EM_OK;
+    return em_backend_set_error(EM_ERR_UNSUPPORTED, "vulkan: %s: %lld lines of %lld elements "
+                                "exceed one workgroup's loop budget", op, (long long)lines,
+                                (long long)len);
+}
 
 static bool nm_float(em_dtype dt) {
     return dt == EM_F32 || dt == EM_F64 || dt == EM_F16 || dt == EM_BF16;
@@ -71,6 +88,8 @@ em_status vk_batch_norm(void *ctx, const em_view *out, const em_view *save_mean,
                                     x->rank);
     const int64_t N = x->shape[0], C = x->shape[1], S = x->shape[2];
     if (N * C * S == 0) return EM_OK;
+    s = nm_budget("batch_norm", C, training ? N * S : 0, 2);
+    if (s != EM_OK) return s;
     const size_t asz = x->dtype == EM_F64 ? 8 : 4;
     vk_buf *st;
     s = vk_scratch(d, (size_t)C * 3 * asz, &st);
@@ -133,6 +152,8 @@ em_status vk_batch_norm_backward(void *ctx, const em_view *gx, const em_view *gw
                                     "vulkan: batch_norm_backward: x of rank %d", x->rank);
     const int64_t N = x->shape[0], C = x->shape[1], S = x->shape[2];
     if (C == 0) return EM_OK;
+    s = nm_budget("batch_norm_backward", C, N * S, 1);
+    if (s != EM_OK) return s;
     const size_t asz = x->dtype == EM_F64 ? 8 : 4;
     vk_buf *st;
     s = vk_scratch(d, (size_t)C * 4 * asz, &st);
@@ -193,6 +214,8 @@ em_status vk_group_norm(void *ctx, const em_view *out, const em_view *save_mean,
     if (C % G != 0)
         return em_backend_set_error(EM_ERR_ARG, "vulkan: group_norm: %lld channels in %lld "
                                     "groups", (long long)C, (long long)G);
+    s = nm_budget("group_norm", N * G, C / G * S, 3);
+    if (s != EM_OK) return s;
     vk_params p;
     memset(&p, 0, sizeof p);
     p.v[0] = vk_view(x);
@@ -231,6 +254,8 @@ em_status vk_rms_norm(void *ctx, const em_view *out, const em_view *save_invrms,
                                     x->rank);
     const int64_t rows = x->shape[0], n = norm_numel;
     if (rows * n == 0) return EM_OK;
+    s = nm_budget("rms_norm", rows, n, 2);
+    if (s != EM_OK) return s;
     vk_params p;
     memset(&p, 0, sizeof p);
     p.v[0] = vk_view(x);

@@ -20,12 +20,18 @@
  * added in a tree in shared memory: the mean of x - shift (shift: the line's first element,
  * which keeps a large mean out of the sum), then the sum of squared deviations from it.
  * Lines beyond the 65,535 workgroups of a dispatch are taken in a loop.
+ *
+ * lavapipe's loop limiter ends a shader's loops silently once an invocation has run 65,535
+ * iterations of them in all (nesting does not help): the line loops take UNR = 16 elements an
+ * iteration, written out (UNROLL), out-of-line elements adding 0 and writing nothing, so that
+ * a line of 64M elements (the most a 128 MiB binding holds) takes 16,384 iterations a pass.
+ * norm.c refuses (EM_ERR_UNSUPPORTED) the shapes that could still come near the limit there.
  */
 #version 450
 #include "common.glsl"
 #include "math.glsl"
 
-#define RWG 128
+#define RWG 256 /* norm.c's NORM_RWG */
 #if defined(K_BN_APPLY) || defined(K_BNB_APPLY)
 layout(local_size_x = WG) in;
 #else
@@ -83,6 +89,10 @@ acc wg_sum(acc x) {
     return r;
 }
 #define LID int(gl_LocalInvocationID.x)
+#define UNR 16
+#define UNROLL(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11) F(12) F(13) F(14) F(15)
+/* j over this invocation's first elements of UNR-element blocks (element j + u * RWG) */
+#define BLOCK_LOOP(j, n) for (int j = LID; j < (n); j += RWG * UNR)
 #define LINE_LOOP(l, n) for (int l = int(gl_WorkGroupID.x); l < (n); l += int(gl_NumWorkGroups.x))
 #endif
 
@@ -95,6 +105,18 @@ BUF(3, A, rv_);
 BUF(4, A, sm_);
 BUF(5, A, si_);
 BUF(6, ACC_TAG, st_);
+/* element j of channel c less sub (0 beyond the line) */
+acc bn_d(int c, int j, int M, int S, acc sub) {
+    if (j >= M) return acc(0);
+    int n = j / S, i = j - n * S;
+    return LDA(x_[at3(0, n, c, i)]) - sub;
+}
+/* its squared deviation ((x - sh) - ms)^2 (0 beyond the line) */
+acc bn_sq(int c, int j, int M, int S, acc sh, acc ms) {
+    if (j >= M) return acc(0);
+    precise acc dd = bn_d(c, j, M, S, sh) - ms;
+    return dd * dd;
+}
 void main() {
     int N = P.i[0], C = P.i[1], S = P.i[2], M = N * S;
     bool training = P.i[3] != 0, has_rm = P.i[4] != 0, has_rv = P.i[5] != 0;
@@ -104,19 +126,14 @@ void main() {
         if (training) {
             sh = LDA(x_[at3(0, 0, c, 0)]);
             precise acc s = acc(0), k = acc(0);
-            for (int j = LID; j < M; j += RWG) {
-                int n = j / S, i = j - n * S;
-                KADD(s, k, LDA(x_[at3(0, n, c, i)]) - sh);
-            }
+#define P1(u) KADD(s, k, bn_d(c, j + (u) * RWG, M, S, sh))
+            BLOCK_LOOP(j, M) { UNROLL(P1) }
             s = wg_sum(s);
             ms = s / acc(M);
             mean = sh + ms;
             precise acc q = acc(0), kq = acc(0);
-            for (int j = LID; j < M; j += RWG) {
-                int n = j / S, i = j - n * S;
-                precise acc dd = (LDA(x_[at3(0, n, c, i)]) - sh) - ms;
-                KADD(q, kq, dd * dd);
-            }
+#define P2(u) KADD(q, kq, bn_sq(c, j + (u) * RWG, M, S, sh, ms))
+            BLOCK_LOOP(j, M) { UNROLL(P2) }
             q = wg_sum(q);
             var = q / acc(M);
             if (LID == 0 && has_rm && has_rv) {
@@ -172,18 +189,31 @@ BUF(4, A, iv_);
 BUF(5, A, gw_);
 BUF(6, A, gb_);
 BUF(7, ACC_TAG, st_);
+#ifdef USE_F64
+#define acc2 dvec2
+#else
+#define acc2 vec2
+#endif
+/* (gy, gy * (x - mu)) of element j of channel c (0 beyond the line) */
+acc2 bnb_g(int c, int j, int M, int S, acc mu) {
+    if (j >= M) return acc2(0);
+    int n = j / S, i = j - n * S;
+    acc g = LDA(gy_[at3(0, n, c, i)]);
+    return acc2(g, g * (LDA(x_[at3(1, n, c, i)]) - mu));
+}
 void main() {
     int N = P.i[0], C = P.i[1], S = P.i[2], M = N * S;
     LINE_LOOP(c, C) {
         acc mu = P.i[5] != 0 ? LDA(mu_[at1(2, c)]) : acc(0);
         acc inv = P.i[6] != 0 ? LDA(iv_[at1(3, c)]) : acc(1);
         precise acc sg = acc(0), kg = acc(0), sx = acc(0), kx = acc(0);
-        for (int j = LID; j < M; j += RWG) {
-            int n = j / S, i = j - n * S;
-            acc g = LDA(gy_[at3(0, n, c, i)]);
-            KADD(sg, kg, g);
-            KADD(sx, kx, g * (LDA(x_[at3(1, n, c, i)]) - mu));
-        }
+#define P1(u)                                                                                  \
+    {                                                                                          \
+        acc2 t = bnb_g(c, j + (u) * RWG, M, S, mu);                                            \
+        KADD(sg, kg, t.x);                                                                     \
+        KADD(sx, kx, t.y);                                                                     \
+    }
+        BLOCK_LOOP(j, M) { UNROLL(P1) }
         sg = wg_sum(sg);
         sx = wg_sum(sx);
         acc sgx = sx * inv;
@@ -230,6 +260,25 @@ BUF(3, A, w_);
 BUF(4, A, b_);
 BUF(5, A, sm_);
 BUF(6, A, si_);
+/* element j of the line of sample n starting at channel c0, less sub (0 beyond the line) */
+acc gn_d(int n, int c0, int j, int K, int S, acc sub) {
+    if (j >= K) return acc(0);
+    int cc = j / S, i = j - cc * S;
+    return LDA(x_[at3(0, n, c0 + cc, i)]) - sub;
+}
+acc gn_sq(int n, int c0, int j, int K, int S, acc sh, acc ms) {
+    if (j >= K) return acc(0);
+    precise acc dd = gn_d(n, c0, j, K, S, sh) - ms;
+    return dd * dd;
+}
+void gn_out(int n, int c0, int j, int K, int S, acc sh, acc ms, acc inv, bool has_w, bool has_b) {
+    if (j >= K) return;
+    int cc = j / S, i = j - cc * S, c = c0 + cc;
+    acc d = (LDA(x_[at3(0, n, c, i)]) - sh) - ms;
+    acc kk = has_w ? inv * LDA(w_[at1(2, c)]) : inv;
+    acc bb = has_b ? LDA(b_[at1(3, c)]) : acc(0);
+    o_[at3(1, n, c, i)] = STA(d * kk + bb);
+}
 void main() {
     int N = P.i[0], C = P.i[1], S = P.i[2], G = P.i[3], Cg = C / G, K = Cg * S;
     bool has_w = P.i[4] != 0, has_b = P.i[5] != 0;
@@ -238,31 +287,21 @@ void main() {
         int n = r / G, g = r - n * G, c0 = g * Cg;
         acc sh = LDA(x_[at3(0, n, c0, 0)]);
         precise acc s = acc(0), k = acc(0);
-        for (int j = LID; j < K; j += RWG) {
-            int cc = j / S, i = j - cc * S;
-            KADD(s, k, LDA(x_[at3(0, n, c0 + cc, i)]) - sh);
-        }
+#define P1(u) KADD(s, k, gn_d(n, c0, j + (u) * RWG, K, S, sh))
+        BLOCK_LOOP(j, K) { UNROLL(P1) }
         s = wg_sum(s);
         acc ms = s / acc(K);
         precise acc q = acc(0), kq = acc(0);
-        for (int j = LID; j < K; j += RWG) {
-            int cc = j / S, i = j - cc * S;
-            precise acc dd = (LDA(x_[at3(0, n, c0 + cc, i)]) - sh) - ms;
-            KADD(q, kq, dd * dd);
-        }
+#define P2(u) KADD(q, kq, gn_sq(n, c0, j + (u) * RWG, K, S, sh, ms))
+        BLOCK_LOOP(j, K) { UNROLL(P2) }
         q = wg_sum(q);
         acc inv = acc(1) / m_sqrt(q / acc(K) + eps);
         if (LID == 0) {
             if (P.i[6] != 0) sm_[at2(4, n, g)] = STA(sh + ms);
             if (P.i[7] != 0) si_[at2(5, n, g)] = STA(inv);
         }
-        for (int j = LID; j < K; j += RWG) {
-            int cc = j / S, i = j - cc * S, c = c0 + cc;
-            acc d = (LDA(x_[at3(0, n, c, i)]) - sh) - ms;
-            acc kk = has_w ? inv * LDA(w_[at1(2, c)]) : inv;
-            acc bb = has_b ? LDA(b_[at1(3, c)]) : acc(0);
-            o_[at3(1, n, c, i)] = STA(d * kk + bb);
-        }
+#define P3(u) gn_out(n, c0, j + (u) * RWG, K, S, sh, ms, inv, has_w, has_b);
+        BLOCK_LOOP(j, K) { UNROLL(P3) }
     }
 }
 
@@ -273,24 +312,30 @@ BUF(1, A, x_);
 BUF(2, A, o_);
 BUF(3, A, w_);
 BUF(4, A, si_);
+acc rms_sq(int r, int j, int n) {
+    if (j >= n) return acc(0);
+    acc v = LDA(x_[at2(0, r, j)]);
+    return v * v;
+}
+void rms_out(int r, int j, int n, acc inv, bool has_w) {
+    if (j >= n) return;
+    acc v = LDA(x_[at2(0, r, j)]) * inv;
+    if (has_w) v *= LDA(w_[at1(2, j)]);
+    o_[at2(1, r, j)] = STA(v);
+}
 void main() {
     int rows = P.i[0], n = P.i[1];
     bool has_w = P.i[2] != 0;
     acc eps = acc(SC(0));
     LINE_LOOP(r, rows) {
         precise acc s = acc(0), k = acc(0);
-        for (int j = LID; j < n; j += RWG) {
-            acc v = LDA(x_[at2(0, r, j)]);
-            KADD(s, k, v * v);
-        }
+#define P1(u) KADD(s, k, rms_sq(r, j + (u) * RWG, n))
+        BLOCK_LOOP(j, n) { UNROLL(P1) }
         s = wg_sum(s);
         acc inv = acc(1) / m_sqrt(s / acc(n) + eps);
         if (LID == 0 && P.i[3] != 0) si_[at1(3, r)] = STA(inv);
-        for (int j = LID; j < n; j += RWG) {
-            acc v = LDA(x_[at2(0, r, j)]) * inv;
-            if (has_w) v *= LDA(w_[at1(2, j)]);
-            o_[at2(1, r, j)] = STA(v);
-        }
+#define P2(u) rms_out(r, j + (u) * RWG, n, inv, has_w);
+        BLOCK_LOOP(j, n) { UNROLL(P2) }
     }
 }
 #endif
