@@ -413,6 +413,7 @@ static em_status vk_pipeline(vk_dev *d, const char *variant, VkPipeline *out) {
     p->next = d->pipes[h];
     d->pipes[h] = p;
     atomic_fetch_add(&vk_stat_pipelines, 1);
+    vk_exit_guard();
     *out = pipe;
     return EM_OK;
 }

@@ -99,6 +99,9 @@ em_status vk_staging_get(vk_dev *d, size_t bytes, vk_buf **out);
 
 /** True once the backend was torn down at exit (vulkan.c): frees then do nothing. */
 bool vk_shut_down(void);
+/** Registers the exit teardown again, so that it runs before what the driver registered
+ *  since (vulkan.c). */
+void vk_exit_guard(void);
 
 /* stream.c: batches (all with d->lock held) */
 /** The batch being recorded, begun when none is. */

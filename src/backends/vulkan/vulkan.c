@@ -325,6 +325,10 @@ static em_status vk_open(int index, void **ctx) {
  * later frees do nothing. */
 static void vk_teardown(void) {
     pthread_mutex_lock(&vk_open_lock);
+    if (atomic_load(&vk_gone)) { /* registered again after pipelines were made: once only */
+        pthread_mutex_unlock(&vk_open_lock);
+        return;
+    }
     atomic_store(&vk_gone, true);
     for (int i = 0; i < vk_ndev; i++) {
         vk_dev *d = vk_devs ? vk_devs[i] : NULL;
@@ -351,6 +355,13 @@ static void vk_teardown(void) {
 }
 
 bool vk_shut_down(void) { return atomic_load(&vk_gone); }
+
+/* Exit handlers run last registered first. A driver that compiles with LLVM (lavapipe)
+ * registers destructors of its own during its first compiles (function-local statics), after
+ * the registration in vk_list; the teardown must run before them (it destroys pipelines and
+ * the device through that driver), so stream.c registers it again after each pipeline it
+ * creates (the first run does the work, the others return). */
+void vk_exit_guard(void) { atexit(vk_teardown); }
 
 /* ---- small helpers of vk.h ---- */
 
