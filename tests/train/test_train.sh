@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# test_train.sh EMBER_TRAIN — ember-train end to end: on ref, cpu, opencl:0 and torch (where present),
-# the MLP on the first 1000 shuffled Fashion-MNIST images for 2 epochs must reach a mean training
+# test_train.sh EMBER_TRAIN — ember-train end to end: on ref, cpu, opencl:0, vulkan:0 and torch
+# (where present), the MLP on the first 1000 shuffled Fashion-MNIST images for 2 epochs must
+# reach a mean training
 # loss of the last epoch below BOUND (from ~2.30 at the start), and every device's loss curve
 # (each epoch's mean loss) must match cpu's within CURVE_TOL (relative: same model, same data,
 # f32 sums in another order); bad flags and values must exit 2. Also on cpu: --model
@@ -71,7 +72,7 @@ if [ ! -r "$dir/train-images-idx3-ubyte.gz" ] || [ ! -r "$dir/t10k-images-idx3-u
     [ $fail = 0 ] && exit 77 || exit 1
 fi
 curve_cpu=
-for dev in cpu ref opencl:0 torch; do
+for dev in cpu ref opencl:0 vulkan:0 torch; do
     out=$("$bin" --device "$dev" --limit 1000 --epochs 2 --batch 50 --seed 1 --test-limit 1000 2>&1)
     rc=$?
     # torch is a plugin: skipped only when it is not built, never when it fails to load
