@@ -22,6 +22,12 @@
 #                                          the tests run the whole table on it. Large (~1 GB)
 #   openmpi-bin, libopenmpi-dev            Open MPI: libember-dist's collectives and
 #                                          data-parallel training (mpirun runs tests/dist)
+#   libvulkan-dev, glslc                   the vulkan backend: the Vulkan loader and headers, and
+#                                          the GLSL -> SPIR-V compiler its build runs
+#   mesa-vulkan-drivers                    lavapipe, a Vulkan driver on the CPU (CI runs the
+#                                          vulkan backend's tests on it)
+#   vulkan-validationlayers                the Khronos validation layer (a test runs the table
+#                                          under it and fails on any message)
 #
 # With --bench it also installs what bench/ compares against: python3-torch (PyTorch). Large;
 # the tests do not need it.
@@ -30,7 +36,8 @@ set -euo pipefail
 packages=(cmake ninja-build gcc g++ clang libclang-rt-dev pkg-config libopenblas-dev libcmocka-dev
           python3-numpy libcjson-dev zlib1g-dev dataset-fashion-mnist
           ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libsodium-dev graphviz
-          libtorch-dev openmpi-bin libopenmpi-dev)
+          libtorch-dev openmpi-bin libopenmpi-dev
+          libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(python3-torch)
 fi
