@@ -7,7 +7,8 @@
  * missing refused naming the feature, an unknown shader variant, forced staging
  * (EMBER_VULKAN_STAGING: ctest runs this program again with it), the disk cache of pipelines
  * (written at exit; a corrupt file ignored), and no driver at all (ctest runs it again with
- * VK_DRIVER_FILES naming no file and EMBER_TEST_VULKAN_NONE=1: zero devices, not an error).
+ * VK_DRIVER_FILES naming no file and EMBER_TEST_VULKAN_NONE=1: zero devices, not an error),
+ * and lines longer than lavapipe's loop limiter allows one invocation (reduce, softmax, scans).
  * Every test skips when the machine has no Vulkan device (or the build no vulkan backend).
  */
 #include <math.h>
@@ -231,6 +232,115 @@ static void test_staging(void **state) {
 #endif
 }
 
+/* The values of t (any device, any dtype) as doubles (malloc'd, *n elements). */
+static double *long_values(const em_tensor *t, int64_t *n) {
+    em_tensor *c, *d;
+    assert_int_equal(em_to_device(t, cpu0, &c), EM_OK);
+    assert_int_equal(em_cast(c, EM_F64, &d), EM_OK);
+    *n = em_tensor_numel(d);
+    double *v = malloc((size_t)(*n > 0 ? *n : 1) * sizeof(double));
+    assert_non_null(v);
+    assert_int_equal(em_tensor_to_data(d, v, (size_t)*n * sizeof(double)), EM_OK);
+    em_tensor_release(c), em_tensor_release(d);
+    return v;
+}
+
+/* got (vulkan) matches want (cpu) elementwise within atol + rtol * |want|; both released. */
+static void long_match(const char *what, em_tensor *got, em_tensor *want, double atol,
+                       double rtol) {
+    int64_t ng, nw;
+    double *g = long_values(got, &ng), *w = long_values(want, &nw);
+    assert_int_equal(ng, nw);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < ng; i++) {
+        bool same_nan = isnan(g[i]) && isnan(w[i]);
+        if (!same_nan && !(fabs(g[i] - w[i]) <= atol + rtol * fabs(w[i]))) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    }
+    if (bad)
+        print_message("%s: %lld of %lld wrong, first at %lld: %.9g vs %.9g\n", what,
+                      (long long)bad, (long long)ng, (long long)first, g[first], w[first]);
+    assert_int_equal(bad, 0);
+    free(g), free(w);
+    em_tensor_release(got), em_tensor_release(want);
+}
+
+/* Lines longer than lavapipe's loop limiter lets one invocation walk (about 65,535 loop
+ * iterations, after which llvmpipe leaves the loop silently): reductions whole and along a
+ * dim (a strided line too), argmax, softmax, cumsum and cummax all match cpu. */
+static void test_long_lines(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    const int64_t big = 1LL << 24;
+    em_tensor *xc, *xv;
+    assert_int_equal(em_rand_uniform(&big, 1, EM_F32, -1, 1, 11, cpu0, &xc), EM_OK);
+    assert_int_equal(em_to_device(xc, vk0, &xv), EM_OK);
+    em_tensor *g, *w;
+    /* whole-tensor sum, max, argmax */
+    assert_int_equal(em_sum(xv, &g), EM_OK);
+    assert_int_equal(em_sum(xc, &w), EM_OK);
+    long_match("sum", g, w, 1e-3, 1e-5);
+    assert_int_equal(em_max(xv, &g), EM_OK);
+    assert_int_equal(em_max(xc, &w), EM_OK);
+    long_match("max", g, w, 0, 0);
+    assert_int_equal(em_argmax(xv, &g), EM_OK);
+    assert_int_equal(em_argmax(xc, &w), EM_OK);
+    long_match("argmax", g, w, 0, 0);
+    /* along dim 1 of [2, 2^23] */
+    int64_t s2[2] = {2, big / 2};
+    em_tensor *rv, *rc;
+    assert_int_equal(em_reshape(xv, s2, 2, &rv), EM_OK);
+    assert_int_equal(em_reshape(xc, s2, 2, &rc), EM_OK);
+    assert_int_equal(em_sum_dim(rv, 1, false, &g), EM_OK);
+    assert_int_equal(em_sum_dim(rc, 1, false, &w), EM_OK);
+    long_match("sum_dim", g, w, 1e-3, 1e-5);
+    assert_int_equal(em_max_dim(rv, 1, false, &g), EM_OK);
+    assert_int_equal(em_max_dim(rc, 1, false, &w), EM_OK);
+    long_match("max_dim", g, w, 0, 0);
+    assert_int_equal(em_argmin_dim(rv, 1, false, &g), EM_OK);
+    assert_int_equal(em_argmin_dim(rc, 1, false, &w), EM_OK);
+    long_match("argmin_dim", g, w, 0, 0);
+    em_tensor_release(rv), em_tensor_release(rc);
+    /* mean along dim 0 of [2^23, 2]: two lines of stride 2 */
+    int64_t s3[2] = {big / 2, 2};
+    assert_int_equal(em_reshape(xv, s3, 2, &rv), EM_OK);
+    assert_int_equal(em_reshape(xc, s3, 2, &rc), EM_OK);
+    assert_int_equal(em_mean_dim(rv, 0, false, &g), EM_OK);
+    assert_int_equal(em_mean_dim(rc, 0, false, &w), EM_OK);
+    long_match("mean_dim", g, w, 1e-9, 1e-5);
+    em_tensor_release(rv), em_tensor_release(rc);
+    /* softmax and log-softmax along 4M-element lines ([4, 2^22]) */
+    int64_t s4[2] = {4, big / 4};
+    assert_int_equal(em_reshape(xv, s4, 2, &rv), EM_OK);
+    assert_int_equal(em_reshape(xc, s4, 2, &rc), EM_OK);
+    assert_int_equal(em_softmax(rv, 1, &g), EM_OK);
+    assert_int_equal(em_softmax(rc, 1, &w), EM_OK);
+    long_match("softmax", g, w, 1e-12, 1e-4);
+    assert_int_equal(em_log_softmax(rv, 1, &g), EM_OK);
+    assert_int_equal(em_log_softmax(rc, 1, &w), EM_OK);
+    long_match("log_softmax", g, w, 1e-4, 1e-5);
+    em_tensor_release(rv), em_tensor_release(rc);
+    em_tensor_release(xv), em_tensor_release(xc);
+    /* cumsum and cummax along a 100,000-element line */
+    const int64_t m = 100000;
+    assert_int_equal(em_rand_uniform(&m, 1, EM_F32, -1, 1, 12, cpu0, &xc), EM_OK);
+    assert_int_equal(em_to_device(xc, vk0, &xv), EM_OK);
+    assert_int_equal(em_cumsum(xv, 0, &g), EM_OK);
+    assert_int_equal(em_cumsum(xc, 0, &w), EM_OK);
+    long_match("cumsum", g, w, 1e-3, 1e-4);
+    em_tensor *gi, *wi;
+    assert_int_equal(em_cummax(xv, 0, &g, &gi), EM_OK);
+    assert_int_equal(em_cummax(xc, 0, &w, &wi), EM_OK);
+    long_match("cummax", g, w, 0, 0);
+    long_match("cummax indices", gi, wi, 0, 0);
+    assert_int_equal(em_cumprod(xv, 0, &g), EM_OK);
+    assert_int_equal(em_cumprod(xc, 0, &w), EM_OK);
+    long_match("cumprod", g, w, 1e-30, 1e-4);
+    em_tensor_release(xv), em_tensor_release(xc);
+}
+
 /* The child's work: one op on vulkan:0 (its own instance; the cache loaded, saved at exit). */
 static int child_main(void) {
     em_device d;
@@ -284,6 +394,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_async_chain),   cmocka_unit_test(test_large_grid),
         cmocka_unit_test(test_too_large),     cmocka_unit_test(test_missing_feature),
         cmocka_unit_test(test_staging),       cmocka_unit_test(test_disk_cache),
+        cmocka_unit_test(test_long_lines),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[512];

@@ -9,12 +9,15 @@
  * (group mode). Float dtypes accumulate in double where the device has shaderFloat64 (the
  * *64 variants: ref's arithmetic), else in float with compensated sums.
  *
- * Known limit (to fix): lavapipe's llvmpipe caps the iterations of a shader's loop nest
- * (its loop limiter, 65,535) and then leaves the loop silently. Measured here: a workgroup's
- * line of about 8.39M elements or more (32,767 iterations an invocation inside the line loop;
- * fewer for the multi-pass ops: var, logsumexp, softmax) and a cumprod / cummax / cummin line
- * over 65,535 elements (one invocation a line) come out wrong there. The fix is to split long
- * lines over several workgroups (partials in vk_scratch, then a combining dispatch).
+ * Long lines: lavapipe's llvmpipe caps the iterations of a shader invocation's loop nest (its
+ * loop limiter, about 65,535) and then leaves the loop silently: a workgroup's line of about
+ * 8.39M elements, or a cumprod / cummax / cummin line over 65,535 elements, came out wrong
+ * there. So no invocation walks more than about 4,096 elements a pass in group mode (a line
+ * of up to RD_GROUP_CHUNK elements) or RD_SERIAL_CHUNK in one invocation a line (cumprod,
+ * cummax / cummin): longer lines are walked in chunks by ordered dispatches, each continuing
+ * from the lines' state (running sum, max, argmax, scan carry, ...) the previous one left in
+ * vk_scratch (rd_chunked; the shader's CH_* parameters). Short lines keep the single
+ * dispatch. (A chunked line is walked by one workgroup at a time: correct, not fast.)
  */
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +26,10 @@
 
 /* The most workgroups of one dispatch dimension. */
 #define RD_MAX_GROUPS 65535
+/* The longest line one dispatch walks in group mode (4,096 elements an invocation a pass:
+ * softmax's three passes stay near 12K loop iterations), and one invocation a line. */
+#define RD_GROUP_CHUNK ((int64_t)VK_WG * 4096)
+#define RD_SERIAL_CHUNK ((int64_t)16384)
 
 /* True when every element of v is at v->offset + j * (*stride) for row-major j: the dims of
  * extent > 1 chain into one stride (contiguous views, flipped 1-d views, ...). */
@@ -76,14 +83,46 @@ static bool rd_group_mode(int64_t n, int64_t lines) {
     return n >= 4 * VK_WG || (n > 16 && lines < 64);
 }
 
-/* Records the dispatch of `name` over `lines` lines in the mode p->i[5] says. */
-static em_status rd_launch(vk_dev *d, const char *name, int64_t lines, vk_params *p, int nbufs,
-                           vk_buf *const *bufs) {
+/* Records one dispatch of `name` over `lines` lines in the mode p->i[5] says. */
+static em_status rd_launch1(vk_dev *d, const char *name, int64_t lines, const vk_params *p,
+                            int nbufs, vk_buf *const *bufs) {
     if (p->i[5]) {
         uint32_t groups[3] = {(uint32_t)(lines < RD_MAX_GROUPS ? lines : RD_MAX_GROUPS), 1, 1};
         return vk_launch(d, name, groups, p, nbufs, bufs);
     }
     return vk_launch_1d(d, name, lines, p, nbufs, bufs);
+}
+
+/* Records the walk of `lines` lines of n elements (p->i[1]): one dispatch over [0, n) when n
+ * is at most `chunk`, else `passes` passes each of ordered dispatches over chunks of `chunk`
+ * elements, the lines' state in scratch (bindings 4 and 5: two ACC slots (8 bytes at most)
+ * and an int a line). bufs has room for 5 entries; nbufs (at most 3) are the kernel's. */
+static em_status rd_chunked(vk_dev *d, const char *name, int64_t lines, vk_params *p,
+                            int64_t chunk, int passes, int nbufs, vk_buf **bufs) {
+    const int64_t n = p->i[1];
+    p->i[9] = 0;
+    p->i[10] = (int32_t)n;
+    p->i[11] = 0;
+    if (n <= chunk) return rd_launch1(d, name, lines, p, nbufs, bufs);
+    vk_buf *st = NULL, *sti = NULL;
+    em_status s = vk_scratch(d, (size_t)lines * 16, &st);
+    if (s == EM_OK) s = vk_scratch(d, (size_t)lines * 4, &sti);
+    for (int k = nbufs; k < 3; k++) bufs[k] = NULL;
+    bufs[3] = st;
+    bufs[4] = sti;
+    for (int pass = 0; pass < passes && s == EM_OK; pass++) {
+        for (int64_t j0 = 0; j0 < n && s == EM_OK; j0 += chunk) {
+            int64_t j1 = j0 + chunk < n ? j0 + chunk : n;
+            p->i[9] = (int32_t)j0;
+            p->i[10] = (int32_t)j1;
+            p->i[11] = 1 | (j0 == 0 ? 2 : 0) | (pass == passes - 1 && j1 == n ? 4 : 0);
+            p->i[12] = pass;
+            s = rd_launch1(d, name, lines, p, 5, bufs);
+        }
+    }
+    if (st) vk_scratch_free(d, st);
+    if (sti) vk_scratch_free(d, sti);
+    return s;
 }
 
 em_status vk_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_view *in, int dim,
@@ -122,13 +161,15 @@ em_status vk_reduce(void *ctx, em_reduce_op op, const em_view *out, const em_vie
     p.i[2] = (int32_t)stride;
     p.i[3] = (int32_t)lines;
     p.i[4] = whole;
-    p.i[5] = rd_group_mode(n, lines);
+    /* chunked lines run in group mode */
+    p.i[5] = rd_group_mode(n, lines) || n > RD_GROUP_CHUNK;
     p.f[0] = (float)corr;
     vk_set_f64(&p, 0, corr);
     char name[48];
     rd_name(name, sizeof name, d, "reduce", in->dtype, vk_dtype_tag(out->dtype));
-    vk_buf *bufs[2] = {vk_vbuf(out), vk_vbuf(in)};
-    return rd_launch(d, name, lines, &p, 2, bufs);
+    vk_buf *bufs[5] = {vk_vbuf(out), vk_vbuf(in)};
+    int passes = op == EM_RED_VAR || op == EM_RED_LOGSUMEXP ? 2 : 1;
+    return rd_chunked(d, name, lines, &p, RD_GROUP_CHUNK, passes, 2, bufs);
 }
 
 /* The shared setup of the along-dim kernels: views 0 (out heads), 1 (in heads) and the line
@@ -156,15 +197,15 @@ em_status vk_cumsum(void *ctx, const em_view *out, const em_view *in, int dim) {
     vk_params p;
     int64_t lines = rd_along(&p, out, in, dim);
     if (lines == 0) return EM_OK;
-    p.i[5] = rd_group_mode(in->shape[dim], lines);
+    p.i[5] = rd_group_mode(in->shape[dim], lines) || in->shape[dim] > RD_GROUP_CHUNK;
     char name[48];
     rd_name(name, sizeof name, d, "cumsum", in->dtype, NULL);
-    vk_buf *bufs[2] = {vk_vbuf(out), vk_vbuf(in)};
-    return rd_launch(d, name, lines, &p, 2, bufs);
+    vk_buf *bufs[5] = {vk_vbuf(out), vk_vbuf(in)};
+    return rd_chunked(d, name, lines, &p, RD_GROUP_CHUNK, 1, 2, bufs);
 }
 
 /** cumprod (ints: wrapping int64 into an i64 out), cummax / cummin with i64 indices, along
- *  dim: one invocation a line. */
+ *  dim: one invocation a line (lines past RD_SERIAL_CHUNK in chunks). */
 em_status vk_cumulative(void *ctx, em_cum_op op, const em_view *values, const em_view *indices,
                         const em_view *in, int dim) {
     vk_dev *d = ctx;
@@ -180,15 +221,15 @@ em_status vk_cumulative(void *ctx, em_cum_op op, const em_view *values, const em
     char name[48];
     if (op == EM_CUM_PROD) {
         rd_name(name, sizeof name, d, "cumprod", in->dtype, NULL);
-        vk_buf *bufs[2] = {vk_vbuf(values), vk_vbuf(in)};
-        return vk_launch_1d(d, name, lines, &p, 2, bufs);
+        vk_buf *bufs[5] = {vk_vbuf(values), vk_vbuf(in)};
+        return rd_chunked(d, name, lines, &p, RD_SERIAL_CHUNK, 1, 2, bufs);
     }
     p.i[0] = op == EM_CUM_MAX ? 1 : 2;
     p.v[3] = rd_heads(indices, dim);
     p.i[7] = (int32_t)indices->strides[dim];
     snprintf(name, sizeof name, "cumext.%s", vk_dtype_tag(in->dtype));
-    vk_buf *bufs[3] = {vk_vbuf(values), vk_vbuf(in), vk_vbuf(indices)};
-    return vk_launch_1d(d, name, lines, &p, 3, bufs);
+    vk_buf *bufs[5] = {vk_vbuf(values), vk_vbuf(in), vk_vbuf(indices)};
+    return rd_chunked(d, name, lines, &p, RD_SERIAL_CHUNK, 1, 3, bufs);
 }
 
 /** Softmax or log-softmax along dim (float dtypes). */
@@ -203,10 +244,11 @@ em_status vk_softmax(void *ctx, const em_view *out, const em_view *in, int dim, 
     vk_params p;
     int64_t lines = rd_along(&p, out, in, dim);
     if (lines == 0) return EM_OK;
-    p.i[5] = rd_group_mode(in->shape[dim], lines);
+    p.i[5] = rd_group_mode(in->shape[dim], lines) || in->shape[dim] > RD_GROUP_CHUNK;
     p.i[8] = log ? 1 : 0;
     char name[48];
     rd_name(name, sizeof name, d, "softmax", in->dtype, NULL);
-    vk_buf *bufs[2] = {vk_vbuf(out), vk_vbuf(in)};
-    return rd_launch(d, name, lines, &p, 2, bufs);
+    vk_buf *bufs[5] = {vk_vbuf(out), vk_vbuf(in)};
+    /* passes: the max, the sum of exp, the writes */
+    return rd_chunked(d, name, lines, &p, RD_GROUP_CHUNK, 3, 2, bufs);
 }

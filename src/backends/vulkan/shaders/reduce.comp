@@ -23,9 +23,21 @@
  * argmin take the first NaN, else the first extreme value; cummax / cummin follow PyTorch
  * (>= / <= or NaN takes over).
  *
+ * Chunks: a dispatch walks only j in [J0, J1) of each line (the whole line: 0, n). Lines too
+ * long for one invocation's loops (lavapipe's llvmpipe leaves any loop nest silently after
+ * about 65,535 iterations) are walked by several ordered dispatches, a chunk each (CH_ON):
+ * each continues from the line's state that the previous one left in st_ / sti_ (bindings 4
+ * and 5, scratch: slots 2g and 2g + 1 of st_, g of sti_) and stores it back; CH_FIRST marks a
+ * pass's first chunk (no state yet), CH_OUT the dispatch that writes the output. Multi-pass
+ * ops run their passes (PASS) in turn, each over every chunk: var (sums, then squared
+ * deviations from the mean), logsumexp (max, then sum of exp), softmax (max, sum of exp,
+ * write). In chunks, the reductions, softmax and cumsum run in group mode; cumprod and
+ * cummax / cummin stay one invocation a line.
+ *
  * Parameters: P.i[0] op, [1] n, [2] the input's stride along the line, [3] lines, [4] whole,
  * [5] group mode, [6] the output's stride along the line, [7] the indices' stride (K_CUMEXT),
- * [8] log (K_SOFTMAX). var's correction: P.f[0] (PF64(0) with USE_F64).
+ * [8] log (K_SOFTMAX), [9] J0, [10] J1, [11] chunk flags (1 CH_ON, 2 CH_FIRST, 4 CH_OUT),
+ * [12] PASS. var's correction: P.f[0] (PF64(0) with USE_F64).
  */
 #version 450
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : enable
@@ -60,6 +72,16 @@ BUF(3, i64, idx_);
 #define WHOLE (P.i[4] != 0)
 #define GROUP (P.i[5] != 0)
 #define OSTRIDE (P.i[6])
+#define J0 (P.i[9])
+#define J1 (P.i[10])
+#define CH_ON ((P.i[11] & 1) != 0)
+#define CH_FIRST ((P.i[11] & 2) != 0)
+#define CH_OUT ((P.i[11] & 4) != 0)
+#define PASS (P.i[12])
+
+/* The lines' state between the dispatches of a chunked walk (see above). */
+layout(std430, binding = 4) buffer B4 { ACC st_[]; };
+layout(std430, binding = 5) buffer B5 { int sti_[]; };
 
 /* em_reduce_op */
 #define R_SUM 0
@@ -137,7 +159,8 @@ bool arg_better(ACC av, int ai, ACC bv, int bi, bool is_max) {
     return is_max ? bv > av : bv < av;
 }
 
-int grp_arg(ACC v, int i, bool is_max) {
+/* The winning index of the group (v: its value). */
+int grp_arg(inout ACC v, int i, bool is_max) {
     if (!GROUP) return i;
     uint lid = gl_LocalInvocationID.x;
     lv[lid] = v;
@@ -151,6 +174,7 @@ int grp_arg(ACC v, int i, bool is_max) {
         barrier();
     }
     int r = li[0];
+    v = lv[0];
     barrier();
     return r;
 }
@@ -160,7 +184,7 @@ int grp_arg(ACC v, int i, bool is_max) {
  * 2 exp(x - c). */
 ACC item_sum(int base, int n, int mode, ACC c) {
     precise ACC s = ACC(0), comp = ACC(0);
-    for (int j = lid_(); j < n; j += step_()) {
+    for (int j = J0 + lid_(); j < J1; j += step_()) {
         ACC x = loadj(base, j);
         if (mode == 1) x = (x - c) * (x - c);
         else if (mode == 2) x = m_exp(x - c);
@@ -177,11 +201,11 @@ ACC item_sum(int base, int n, int mode, ACC c) {
 ACC line_ext(int base, int n, bool is_max) {
 #ifdef A_ISF
     ACC m = ACC(uintBitsToFloat(is_max ? 0xff800000u : 0x7f800000u)); /* -inf / +inf */
-    for (int j = lid_(); j < n; j += step_()) m = pick(m, loadj(base, j), is_max);
+    for (int j = J0 + lid_(); j < J1; j += step_()) m = pick(m, loadj(base, j), is_max);
 #else
     /* invocations without an element contribute a copy of element 0 (n >= 1 here) */
-    ACC m = n > 0 ? loadj(base, 0) : ACC(0);
-    for (int j = lid_(); j < n; j += step_()) m = pick(m, loadj(base, j), is_max);
+    ACC m = J1 > J0 ? loadj(base, J0) : ACC(0);
+    for (int j = J0 + lid_(); j < J1; j += step_()) m = pick(m, loadj(base, j), is_max);
 #endif
     return grp_ext(m, is_max);
 }
@@ -197,7 +221,7 @@ void reduce_line(int g) {
         const bool is_max = op == R_ARGMAX;
         ACC bv = ACC(0);
         int bi = -1;
-        for (int j = lid_(); j < n; j += step_()) {
+        for (int j = J0 + lid_(); j < J1; j += step_()) {
             ACC x = loadj(base, j);
             if (arg_better(bv, bi, x, j, is_max)) {
                 bv = x;
@@ -205,20 +229,74 @@ void reduce_line(int g) {
             }
         }
         int r = grp_arg(bv, bi, is_max);
-        if (first) STO(o, r < 0 ? 0 : r);
+        if (CH_ON && first) {
+            /* the state (earlier chunks: lower indices) wins unless this chunk beats it */
+            if (!CH_FIRST && !arg_better(st_[2 * g], sti_[g], bv, r, is_max)) {
+                bv = st_[2 * g];
+                r = sti_[g];
+            }
+            st_[2 * g] = bv;
+            sti_[g] = r;
+        }
+        if (first && (!CH_ON || CH_OUT)) STO(o, r < 0 ? 0 : r);
         return;
     }
     if (op == R_MAX || op == R_MIN) {
         ACC r = line_ext(base, n, op == R_MAX);
-        if (first) STO(o, r);
+        if (CH_ON && first) {
+            if (!CH_FIRST) r = pick(st_[2 * g], r, op == R_MAX);
+            st_[2 * g] = r;
+        }
+        if (first && (!CH_ON || CH_OUT)) STO(o, r);
         return;
     }
 #ifdef A_ISF
     if (op == R_PROD) {
         ACC p = ACC(1);
-        for (int j = lid_(); j < n; j += step_()) p *= loadj(base, j);
+        for (int j = J0 + lid_(); j < J1; j += step_()) p *= loadj(base, j);
         ACC r = grp_prod(p);
-        if (first) STO(o, r);
+        if (CH_ON && first) {
+            if (!CH_FIRST) r = st_[2 * g] * r;
+            st_[2 * g] = r;
+        }
+        if (first && (!CH_ON || CH_OUT)) STO(o, r);
+        return;
+    }
+    if (op == R_LSE && CH_ON) {
+        /* pass 0: the max; pass 1: the sum of exp(x - max), then the result */
+        if (PASS == 0) {
+            ACC m = line_ext(base, n, true);
+            if (first) st_[2 * g] = CH_FIRST ? m : pick(st_[2 * g], m, true);
+            return;
+        }
+        ACC m = st_[2 * g];
+        ACC s = grp_sum(item_sum(base, n, 2, m));
+        if (first) {
+            if (!CH_FIRST) s += st_[2 * g + 1];
+            st_[2 * g + 1] = s;
+            if (CH_OUT) STO(o, (isnan(m) || isinf(m)) ? m : m + m_log(s));
+        }
+        return;
+    }
+    if (op == R_VAR && CH_ON) {
+        /* pass 0: the sum; pass 1: the sum of squared deviations from the mean */
+        if (PASS == 0) {
+            ACC s = grp_sum(item_sum(base, n, 0, ACC(0)));
+            if (first) st_[2 * g] = CH_FIRST ? s : st_[2 * g] + s;
+            return;
+        }
+        ACC mean = st_[2 * g] / ACC(n);
+        ACC m2 = grp_sum(item_sum(base, n, 1, mean));
+        if (first) {
+            if (!CH_FIRST) m2 += st_[2 * g + 1];
+            st_[2 * g + 1] = m2;
+#ifdef USE_F64
+            ACC div = ACC(n) - ACC(PF64(0));
+#else
+            ACC div = ACC(n) - ACC(P.f[0]);
+#endif
+            if (CH_OUT) STO(o, m2 / (div > ACC(0) ? div : ACC(0)));
+        }
         return;
     }
     if (op == R_LSE) {
@@ -235,6 +313,15 @@ void reduce_line(int g) {
     }
     /* sum, mean, var */
     ACC s = grp_sum(item_sum(base, n, 0, ACC(0)));
+    if (CH_ON) {
+        /* sum and mean (var and logsumexp in chunks: above) */
+        if (first) {
+            if (!CH_FIRST) s += st_[2 * g];
+            st_[2 * g] = s;
+            if (CH_OUT) STO(o, op == R_MEAN ? s / ACC(n) : s);
+        }
+        return;
+    }
     ACC r = s;
     if (op == R_MEAN) r = s / ACC(n);
     if (op == R_VAR) {
@@ -251,12 +338,16 @@ void reduce_line(int g) {
 #else
     /* int sum / prod: wrapping int64 (ACC is int64_t in the OUT64 variants) */
     ACC acc = op == R_PROD ? ACC(1) : ACC(0);
-    for (int j = lid_(); j < n; j += step_()) {
+    for (int j = J0 + lid_(); j < J1; j += step_()) {
         ACC x = loadj(base, j);
         acc = op == R_PROD ? acc * x : acc + x;
     }
     ACC r = op == R_PROD ? grp_prod(acc) : grp_sum(acc);
-    if (first) STO(o, r);
+    if (CH_ON && first) {
+        if (!CH_FIRST) r = op == R_PROD ? st_[2 * g] * r : st_[2 * g] + r;
+        st_[2 * g] = r;
+    }
+    if (first && (!CH_ON || CH_OUT)) STO(o, r);
 #endif
 }
 
@@ -272,11 +363,29 @@ void main() {
 void softmax_line(int g) {
     const int n = NL;
     const int base = vidx(1, g), obase = vidx(0, g);
-    ACC m = line_ext(base, n, true);
-    ACC s = grp_sum(item_sum(base, n, 2, m));
+    ACC m, s;
+    if (CH_ON) {
+        /* chunks: pass 0 the max, 1 the sum of exp, 2 the writes (group mode) */
+        const bool first = gl_LocalInvocationID.x == 0u;
+        if (PASS == 0) {
+            m = line_ext(base, n, true);
+            if (first) st_[2 * g] = CH_FIRST ? m : pick(st_[2 * g], m, true);
+            return;
+        }
+        m = st_[2 * g];
+        if (PASS == 1) {
+            s = grp_sum(item_sum(base, n, 2, m));
+            if (first) st_[2 * g + 1] = CH_FIRST ? s : st_[2 * g + 1] + s;
+            return;
+        }
+        s = st_[2 * g + 1];
+    } else {
+        m = line_ext(base, n, true);
+        s = grp_sum(item_sum(base, n, 2, m));
+    }
     ACC ls = m_log(s);
     const bool logm = P.i[8] != 0;
-    for (int j = lid_(); j < n; j += step_()) {
+    for (int j = J0 + lid_(); j < J1; j += step_()) {
         ACC d = loadj(base, j) - m;
         STO(obase + j * OSTRIDE, logm ? d - ls : m_exp(d) / s);
     }
@@ -297,13 +406,15 @@ void main() {
 void cumsum_line(int g) {
     const int n = NL;
     const int base = vidx(1, g), obase = vidx(0, g);
-    int j0 = 0, j1 = n;
-    ACC pre = ACC(0);
+    int j0 = J0, j1 = J1;
+    /* chunks (group mode): the running sum of the earlier chunks */
+    const ACC carry = CH_ON && !CH_FIRST ? st_[g] : ACC(0);
+    ACC pre = carry, tot = ACC(0);
     if (GROUP) {
-        const int C = (n + WG - 1) / WG;
+        const int C = (J1 - J0 + WG - 1) / WG;
         const int t = int(gl_LocalInvocationID.x);
-        j0 = min(n, t * C);
-        j1 = min(n, j0 + C);
+        j0 = min(J1, J0 + t * C);
+        j1 = min(J1, j0 + C);
 #ifdef A_ISF
         precise ACC s = ACC(0), comp = ACC(0);
         for (int j = j0; j < j1; j++) {
@@ -324,8 +435,11 @@ void cumsum_line(int g) {
             lv[t] = lv[t] + add;
             barrier();
         }
-        pre = t > 0 ? lv[t - 1] : ACC(0);
+        pre = carry + (t > 0 ? lv[t - 1] : ACC(0));
+        tot = lv[WG - 1];
         barrier();
+        /* every invocation read st_[g] before the barriers above */
+        if (CH_ON && t == 0) st_[g] = carry + tot;
     }
 #ifdef A_ISF
     precise ACC r = pre, comp2 = ACC(0);
@@ -358,11 +472,12 @@ void main() {
 void main() {
     GRID_LOOP(g, LINES) {
         const int base = vidx(1, g), obase = vidx(0, g);
-        ACC p = ACC(1);
-        for (int j = 0; j < NL; j++) {
+        ACC p = CH_ON && !CH_FIRST ? st_[g] : ACC(1); /* chunks: carried over */
+        for (int j = J0; j < J1; j++) {
             p *= loadj(base, j);
             STO(obase + j * OSTRIDE, p);
         }
+        if (CH_ON) st_[g] = p;
     }
 }
 
@@ -372,9 +487,10 @@ void main() {
     const bool is_max = OP == 1;
     GRID_LOOP(g, LINES) {
         const int base = vidx(1, g), obase = vidx(0, g), kbase = vidx(3, g);
-        CAT(CT_, A) m = CAT(CT_, A)(0);
-        int mi = 0;
-        for (int j = 0; j < NL; j++) {
+        /* chunks: the running extreme and its index carried over (ACC is CT_A here) */
+        CAT(CT_, A) m = CH_ON && !CH_FIRST ? CAT(CT_, A)(st_[g]) : CAT(CT_, A)(0);
+        int mi = CH_ON && !CH_FIRST ? sti_[g] : 0;
+        for (int j = J0; j < J1; j++) {
             CAT(CT_, A) v = CAT(LD_, A)(in_[base + j * STRIDE]);
             bool take = j == 0 || (is_max ? v >= m : v <= m);
 #ifdef A_ISF
@@ -386,6 +502,10 @@ void main() {
             }
             out_[obase + j * OSTRIDE] = CAT(ST_, A)(m);
             idx_[kbase + j * P.i[7]] = int64_t(mi);
+        }
+        if (CH_ON) {
+            st_[g] = ACC(m);
+            sti_[g] = mi;
         }
     }
 }
