@@ -302,6 +302,20 @@ static void test_long_lines(void **state) {
     assert_int_equal(em_argmin_dim(rv, 1, false, &g), EM_OK);
     assert_int_equal(em_argmin_dim(rc, 1, false, &w), EM_OK);
     long_match("argmin_dim", g, w, 0, 0);
+    assert_int_equal(em_var_dim(rv, 1, 1, false, &g), EM_OK);
+    assert_int_equal(em_var_dim(rc, 1, 1, false, &w), EM_OK);
+    long_match("var_dim", g, w, 1e-9, 1e-5);
+    assert_int_equal(em_logsumexp_dim(rv, 1, false, &g), EM_OK);
+    assert_int_equal(em_logsumexp_dim(rc, 1, false, &w), EM_OK);
+    long_match("logsumexp_dim", g, w, 1e-6, 1e-6);
+    /* a whole sum of a view whose dims do not chain into one stride (walked by index) */
+    em_tensor *tv, *tc;
+    assert_int_equal(em_transpose(rv, 0, 1, &tv), EM_OK);
+    assert_int_equal(em_transpose(rc, 0, 1, &tc), EM_OK);
+    assert_int_equal(em_sum(tv, &g), EM_OK);
+    assert_int_equal(em_sum(tc, &w), EM_OK);
+    long_match("sum of a transposed view", g, w, 1e-3, 1e-5);
+    em_tensor_release(tv), em_tensor_release(tc);
     em_tensor_release(rv), em_tensor_release(rc);
     /* mean along dim 0 of [2^23, 2]: two lines of stride 2 */
     int64_t s3[2] = {big / 2, 2};
@@ -323,6 +337,14 @@ static void test_long_lines(void **state) {
     long_match("log_softmax", g, w, 1e-4, 1e-5);
     em_tensor_release(rv), em_tensor_release(rc);
     em_tensor_release(xv), em_tensor_release(xc);
+    /* an int sum (wrapping int64) over 2^25 u8 ones: exact */
+    const int64_t nu = 1LL << 25;
+    assert_int_equal(em_full(&nu, 1, 1, EM_U8, vk0, &xv), EM_OK);
+    assert_int_equal(em_sum(xv, &g), EM_OK);
+    int64_t total = 0;
+    assert_int_equal(em_tensor_to_data(g, &total, sizeof total), EM_OK);
+    assert_int_equal(total, nu);
+    em_tensor_release(g), em_tensor_release(xv);
     /* cumsum and cummax along a 100,000-element line */
     const int64_t m = 100000;
     assert_int_equal(em_rand_uniform(&m, 1, EM_F32, -1, 1, 12, cpu0, &xc), EM_OK);
