@@ -179,7 +179,7 @@ em_status vk_unary(void *ctx, em_unary_op op, const em_view *out, const em_view 
     char name[48];
     snprintf(name, sizeof name, "unary.%s.%s", vk_dtype_tag(in->dtype), vk_dtype_tag(out->dtype));
     vk_buf *bufs[2] = {vk_vbuf(out), vk_vbuf(in)};
-    return vk_launch_1d(d, name, vk_numel(out), &p, 2, bufs);
+    return vk_launch_1d_op(d, name, (int)op, vk_numel(out), &p, 2, bufs);
 }
 
 em_status vk_binary(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
@@ -194,7 +194,7 @@ em_status vk_binary(void *ctx, em_binary_op op, const em_view *out, const em_vie
     char name[48];
     snprintf(name, sizeof name, "binary.%s.%s", vk_dtype_tag(a->dtype), vk_dtype_tag(out->dtype));
     vk_buf *bufs[3] = {vk_vbuf(out), vk_vbuf(a), vk_vbuf(b)};
-    return vk_launch_1d(d, name, vk_numel(out), &p, 3, bufs);
+    return vk_launch_1d_op(d, name, (int)op, vk_numel(out), &p, 3, bufs);
 }
 
 em_status vk_binary_scalar(void *ctx, em_binary_op op, const em_view *out, const em_view *a,
@@ -210,7 +210,7 @@ em_status vk_binary_scalar(void *ctx, em_binary_op op, const em_view *out, const
     char name[48];
     snprintf(name, sizeof name, "bscalar.%s.%s", vk_dtype_tag(a->dtype), vk_dtype_tag(out->dtype));
     vk_buf *bufs[2] = {vk_vbuf(out), vk_vbuf(a)};
-    return vk_launch_1d(d, name, vk_numel(out), &p, 2, bufs);
+    return vk_launch_1d_op(d, name, (int)op, vk_numel(out), &p, 2, bufs);
 }
 
 em_status vk_where(void *ctx, const em_view *out, const em_view *cond, const em_view *a,

@@ -75,7 +75,7 @@ em_status vk_unary_backward(void *ctx, em_unary_op op, const em_view *gx, const 
     char name[32];
     snprintf(name, sizeof name, "unary_bw.%s", vk_dtype_tag(dt));
     vk_buf *b[3] = {vk_vbuf(gx), vk_vbuf(v), vk_vbuf(gy)};
-    return vk_launch_1d(d, name, n, &p, 3, b);
+    return vk_launch_1d_op(d, name, code, n, &p, 3, b); /* specialized: the switch folds */
 }
 
 em_status vk_adam_step(void *ctx, const em_view *param, const em_view *exp_avg,

@@ -83,14 +83,15 @@ static bool rd_group_mode(int64_t n, int64_t lines) {
     return n >= 4 * VK_WG || (n > 16 && lines < 64);
 }
 
-/* Records one dispatch of `name` over `lines` lines in the mode p->i[5] says. */
+/* Records one dispatch of `name` over `lines` lines in the mode p->i[5] says, the pipeline
+ * specialized on the op (p->i[0], reduce.comp's OP: its branches fold away). */
 static em_status rd_launch1(vk_dev *d, const char *name, int64_t lines, const vk_params *p,
                             int nbufs, vk_buf *const *bufs) {
     if (p->i[5]) {
         uint32_t groups[3] = {(uint32_t)(lines < RD_MAX_GROUPS ? lines : RD_MAX_GROUPS), 1, 1};
-        return vk_launch(d, name, groups, p, nbufs, bufs);
+        return vk_launch_op(d, name, p->i[0], groups, p, nbufs, bufs);
     }
-    return vk_launch_1d(d, name, lines, p, nbufs, bufs);
+    return vk_launch_1d_op(d, name, p->i[0], lines, p, nbufs, bufs);
 }
 
 /* Records the walk of `lines` lines of n elements (p->i[1]): one dispatch over [0, n) when n

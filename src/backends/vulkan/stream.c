@@ -368,11 +368,16 @@ static const vk_spirv *vk_find_spirv(const char *name) {
     return NULL;
 }
 
-/* The pipeline of a variant, created at first use. With d->lock held. */
-static em_status vk_pipeline(vk_dev *d, const char *variant, VkPipeline *out) {
-    size_t h = vk_hash(variant) % d->npipes_cap;
+/* The pipeline of a variant, specialized with op as constant 0 (-1: none) and contig as
+ * constant 1 (1: every view of the dispatch is contiguous), created at first use. With
+ * d->lock held. */
+static em_status vk_pipeline(vk_dev *d, const char *variant, int op, int contig,
+                             VkPipeline *out) {
+    char key[160];
+    snprintf(key, sizeof key, "%s#%d#%d", variant, op, contig);
+    size_t h = vk_hash(key) % d->npipes_cap;
     for (vk_pipe *p = d->pipes[h]; p; p = p->next)
-        if (strcmp(p->name, variant) == 0) {
+        if (strcmp(p->name, key) == 0) {
             *out = p->pipe;
             return EM_OK;
         }
@@ -386,12 +391,18 @@ static em_status vk_pipeline(vk_dev *d, const char *variant, VkPipeline *out) {
     VkShaderModule mod;
     VkResult r = vkCreateShaderModule(d->dev, &mi, NULL, &mod);
     if (r != VK_SUCCESS) return vk_fail(r, "vkCreateShaderModule");
+    int32_t sv[2] = {op, contig};
+    VkSpecializationMapEntry me[2] = {{.constantID = 0, .offset = 0, .size = sizeof sv[0]},
+                                      {.constantID = 1, .offset = sizeof sv[0], .size = sizeof sv[1]}};
+    VkSpecializationInfo si = {.mapEntryCount = 2, .pMapEntries = me, .dataSize = sizeof sv,
+                               .pData = sv};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                   .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                   .module = mod,
-                  .pName = "main"},
+                  .pName = "main",
+                  .pSpecializationInfo = &si},
         .layout = d->layout};
     VkPipeline pipe;
     r = vkCreateComputePipelines(d->dev, d->pcache, 1, &ci, NULL, &pipe);
@@ -402,7 +413,7 @@ static em_status vk_pipeline(vk_dev *d, const char *variant, VkPipeline *out) {
                                     variant, vk_result_name(r), (int)r);
     }
     vk_pipe *p = calloc(1, sizeof *p);
-    char *name = p ? strdup(variant) : NULL;
+    char *name = p ? strdup(key) : NULL;
     if (!name) {
         free(p);
         vkDestroyPipeline(d->dev, pipe, NULL);
@@ -422,6 +433,11 @@ static em_status vk_pipeline(vk_dev *d, const char *variant, VkPipeline *out) {
 
 em_status vk_launch(vk_dev *d, const char *variant, const uint32_t groups[3],
                     const vk_params *p, int nbufs, vk_buf *const *bufs) {
+    return vk_launch_op(d, variant, -1, groups, p, nbufs, bufs);
+}
+
+em_status vk_launch_op(vk_dev *d, const char *variant, int op, const uint32_t groups[3],
+                       const vk_params *p, int nbufs, vk_buf *const *bufs) {
     if (!groups[0] || !groups[1] || !groups[2]) return EM_OK;
     if (nbufs < 0 || nbufs > VK_MAX_BUFS)
         return em_backend_set_error(EM_ERR_ARG, "vulkan: %d buffers for '%s' (at most %d)",
@@ -432,9 +448,19 @@ em_status vk_launch(vk_dev *d, const char *variant, const uint32_t groups[3],
                                         "vulkan: '%s': %u workgroups in dimension %d, above the "
                                         "device's %u",
                                         variant, groups[k], k, d->max_groups[k]);
+    /* all the views contiguous: vidx folds to offset + i (a driver running invocations as
+     * SIMD lanes otherwise walks the strided path's divisions in every lane) */
+    int contig = 0;
+    for (int k = 0; k < VK_MAX_VIEWS; k++) {
+        if (p->v[k].numel > 0 && !p->v[k].contig) {
+            contig = 0;
+            break;
+        }
+        if (p->v[k].numel > 0) contig = 1;
+    }
     pthread_mutex_lock(&d->lock);
     VkPipeline pipe = VK_NULL_HANDLE;
-    em_status s = vk_pipeline(d, variant, &pipe);
+    em_status s = vk_pipeline(d, variant, op, contig, &pipe);
     vk_batch *b = NULL;
     if (s == EM_OK && d->cur && d->cur->ndisp >= VK_BATCH_DISPATCHES) s = vk_flush(d);
     if (s == EM_OK) s = vk_batch_current(d, &b);
@@ -483,11 +509,16 @@ em_status vk_launch(vk_dev *d, const char *variant, const uint32_t groups[3],
 
 em_status vk_launch_1d(vk_dev *d, const char *variant, int64_t n, const vk_params *p,
                        int nbufs, vk_buf *const *bufs) {
+    return vk_launch_1d_op(d, variant, -1, n, p, nbufs, bufs);
+}
+
+em_status vk_launch_1d_op(vk_dev *d, const char *variant, int op, int64_t n, const vk_params *p,
+                          int nbufs, vk_buf *const *bufs) {
     if (n <= 0) return EM_OK;
     int64_t g = (n + VK_WG - 1) / VK_WG;
-    if (g > 65535) g = 65535;
+    if (g > (int64_t)d->groups_1d) g = d->groups_1d;
     uint32_t groups[3] = {(uint32_t)g, 1, 1};
-    return vk_launch(d, variant, groups, p, nbufs, bufs);
+    return vk_launch_op(d, variant, op, groups, p, nbufs, bufs);
 }
 
 em_status vk_scratch(vk_dev *d, size_t bytes, vk_buf **out) {

@@ -85,6 +85,15 @@ em_status vk_launch(vk_dev *d, const char *variant, const uint32_t groups[3],
  *  65,535 (the shader loops: common.glsl's GRID_LOOP). */
 em_status vk_launch_1d(vk_dev *d, const char *variant, int64_t n, const vk_params *p,
                        int nbufs, vk_buf *const *bufs);
+/** vk_launch / vk_launch_1d with the pipeline specialized on `op` (>= 0): the shader's
+ *  specialization constant 0 (common.glsl's SPEC_OP) is op, so that a switch on it folds when
+ *  the pipeline is made. A driver that runs invocations as SIMD lanes (lavapipe) otherwise
+ *  executes every case of a switch on a value it cannot see is uniform. One pipeline per
+ *  (variant, op), made at first use. */
+em_status vk_launch_op(vk_dev *d, const char *variant, int op, const uint32_t groups[3],
+                       const vk_params *p, int nbufs, vk_buf *const *bufs);
+em_status vk_launch_1d_op(vk_dev *d, const char *variant, int op, int64_t n, const vk_params *p,
+                          int nbufs, vk_buf *const *bufs);
 
 /** The dtype tag of the shader variants ("f32", "f64", "f16", "bf16", "i64", "i32", "i16",
  *  "i8", "u8", "b8"), or NULL for a quantized dtype. */

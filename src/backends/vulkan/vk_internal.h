@@ -56,6 +56,8 @@ struct vk_dev {
     VkDeviceSize max_alloc;     /* maxMemoryAllocationSize (0: unknown) */
     VkDeviceSize offset_align;  /* minStorageBufferOffsetAlignment */
     uint32_t max_groups[3];     /* maxComputeWorkGroupCount */
+    uint32_t groups_1d;         /* the most groups a 1-d grid-stride launch uses (fewer on a
+                                   CPU device: each group is a job with its own overhead) */
     pthread_mutex_t lock;       /* pipelines, batches, recording, submission */
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;

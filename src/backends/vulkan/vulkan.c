@@ -218,6 +218,13 @@ static em_status vk_create(int index, vk_dev **out) {
     d->max_range = pr.limits.maxStorageBufferRange;
     d->offset_align = pr.limits.minStorageBufferOffsetAlignment;
     for (int k = 0; k < 3; k++) d->max_groups[k] = pr.limits.maxComputeWorkGroupCount[k];
+    /* a device that runs on the CPU (lavapipe) runs each workgroup as a job of its thread
+     * pool, at a cost per group: grid-stride launches use few groups there (256 x 256 lanes
+     * still split any tensor into enough work for its threads) */
+    d->groups_1d = pr.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 256 : 65535;
+    if (d->groups_1d > d->max_groups[0]) d->groups_1d = d->max_groups[0];
+    const char *g1 = getenv("EMBER_VULKAN_GROUPS_1D");
+    if (g1 && atoi(g1) > 0) d->groups_1d = (uint32_t)atoi(g1);
     VkPhysicalDeviceMaintenance3Properties m3 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
     VkPhysicalDeviceProperties2 pr2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,

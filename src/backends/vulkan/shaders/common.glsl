@@ -66,11 +66,19 @@ layout(std430, binding = 0) readonly buffer Params {
 #define PI64(k) int64_t(pack64(uvec2(P.d[2 * (k)], P.d[2 * (k) + 1])))
 #endif
 
+/* The op a pipeline was specialized on (vk_launch_op), -1 when none: OP_OR(x) is it, else x
+ * (e.g. OP_OR(P.i[0])), a constant the driver folds when it makes the pipeline. */
+layout(constant_id = 0) const int SPEC_OP = -1;
+#define OP_OR(x) (SPEC_OP >= 0 ? SPEC_OP : (x))
+/* 1 when every view of the dispatch (P.v[k] with numel > 0) is contiguous (set by vk_launch):
+ * vidx then folds to offset + i. */
+layout(constant_id = 1) const int SPEC_CONTIG = 0;
+
 #define BUF(b, tag, name) layout(std430, binding = b) buffer B##b { CAT(TY_, tag) name[]; }
 
 /* The buffer offset of row-major linear index i of view k. */
 int vidx(int k, int i) {
-    if (P.v[k].contig != 0) return P.v[k].offset + i;
+    if (SPEC_CONTIG == 1 || P.v[k].contig != 0) return P.v[k].offset + i;
     int off = P.v[k].offset;
     for (int d = P.v[k].rank - 1; d >= 0; d--) {
         int s = P.v[k].shape[d];

@@ -268,7 +268,7 @@ xt bin_op(int op, xt a, xt b) {
 #endif
 
 void main() {
-    int op = P.i[0];
+    int op = OP_OR(P.i[0]);
 #if defined(K_UNARY)
     xt lo = SCALAR(0), hi = SCALAR(1), p2 = SCALAR(2);
     GRID_LOOP(i, N) {

@@ -65,7 +65,7 @@ ca ub_op(int op, ca v, ca g, ca lo, ca hi) {
 }
 
 void main() {
-    int op = P.i[0];
+    int op = OP_OR(P.i[0]);
     ca lo = ca(SC(0)), hi = ca(SC(1));
     GRID_LOOP(i, P.v[0].numel) {
         ca r = ub_op(op, LDA(v_[vidx(1, i)]), LDA(g_[vidx(2, i)]), lo, hi);

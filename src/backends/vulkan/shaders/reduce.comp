@@ -65,7 +65,7 @@ BUF(3, i64, idx_);
 #endif
 #endif
 
-#define OP (P.i[0])
+#define OP OP_OR(P.i[0]) /* the op the pipeline was specialized on */
 #define NL (P.i[1])
 #define STRIDE (P.i[2])
 #define LINES (P.i[3])
