@@ -3,9 +3,9 @@
  * against central finite differences, on every device wrapped for autodiff.
  *
  *   gradcheck GOLDEN [--filter TEXT] [--device NAME] [--skip-backend NAME] [--verbose] [--capture]
- * (--skip-backend: leave that backend's devices out, e.g. vulkan in the sanitizer builds,
- * where its own, filtered runs check it: lavapipe under ASan is too slow for the whole check
- * on top of every other device's)
+ * (--skip-backend: leave that backend's devices out, e.g. vulkan, whose own runs check it:
+ * on lavapipe the whole check costs more than every other device's together, and the
+ * all-device runs timed out beside it)
  *
  * It reads the cases of GOLDEN (tests/conformance/golden.txt) and calls the table's own
  * wrappers (tests/conformance/ops_*.c); there is no second table. For each case that succeeds
