@@ -1,7 +1,8 @@
 /* test_torch.c — the torch backend (the plugin libember-torch.so) beyond what the conformance
  * table checks: every kernel slot is torch's own (none silently ref's), em_to_device between
  * cpu and torch copies nothing and keeps both sides safe, torch's exceptions come back as
- * statuses, and its memory stats. Skipped (77) when the plugin is not built. */
+ * statuses, its memory stats, and products split over ATen's threads (rows of several batches
+ * per part) equal to ref's, with OpenBLAS's thread count left as it was found. Skipped (77) when the plugin is not built. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <dlfcn.h>
 
 #include "core/internal.h"
 #include "ember/backend.h"
@@ -151,6 +153,74 @@ static void test_memory(void **state) {
     assert_int_equal(m3.bytes_cached, 0);
 }
 
+/* Products large enough to be split over ATen's intra-op threads (emt::bmm_into: parts of
+ * rows that cross the batches' borders, an uneven split) give ref's values, for float, double
+ * and int (wrapping int64) operands, transposed operands and a strided output dtype (f16);
+ * OpenBLAS's process-wide thread count is what it was before (the backend runs it at one
+ * thread while its products run, and restores it). */
+static void test_split_products(void **state) {
+    (void)state;
+    em_device ref_dev;
+    assert_int_equal(em_device_parse("ref", &ref_dev), EM_OK);
+    int (*blas_get)(void) = NULL;
+    void *g = dlsym(RTLD_DEFAULT, "openblas_get_num_threads");
+    if (g) memcpy(&blas_get, &g, sizeof blas_get);
+    const int blas_before = blas_get ? blas_get() : 0;
+    const em_dtype dts[] = {EM_F32, EM_F64, EM_I32, EM_F16};
+    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++) {
+        for (int trans = 0; trans < 2; trans++) {
+            /* [3, 37, 300] @ [3, 300, 129]: 111 rows, ~4.3M multiply-adds */
+            int64_t sa[3] = {3, 37, 300}, sb[3] = {3, 300, 129};
+            if (trans) sb[1] = 129, sb[2] = 300; /* b given as [3, 129, 300], used transposed */
+            em_tensor *a, *b, *ar, *br, *btr, *o, *orf, *oc;
+            assert_int_equal(em_rand_uniform(sa, 3, EM_F32, -1, 1, 7, ref_dev, &a), EM_OK);
+            assert_int_equal(em_rand_uniform(sb, 3, EM_F32, -1, 1, 8, ref_dev, &b), EM_OK);
+            if (dts[di] == EM_I32) { /* small ints: exact products */
+                em_tensor *a9, *b9;
+                assert_int_equal(em_mul_scalar(a, 9.0, &a9), EM_OK);
+                assert_int_equal(em_mul_scalar(b, 9.0, &b9), EM_OK);
+                em_tensor_release(a), em_tensor_release(b);
+                a = a9, b = b9;
+            }
+            assert_int_equal(em_cast(a, dts[di], &ar), EM_OK);
+            assert_int_equal(em_cast(b, dts[di], &br), EM_OK);
+            if (trans) {
+                assert_int_equal(em_transpose(br, 1, 2, &btr), EM_OK);
+            } else {
+                btr = br, br = NULL;
+            }
+            em_tensor *at_, *bt_;
+            assert_int_equal(em_to_device(ar, torch_dev, &at_), EM_OK);
+            assert_int_equal(em_to_device(btr, torch_dev, &bt_), EM_OK);
+            assert_int_equal(em_matmul(at_, bt_, &o), EM_OK);
+            assert_int_equal(em_matmul(ar, btr, &orf), EM_OK);
+            assert_int_equal(em_to_device(o, ref_dev, &oc), EM_OK);
+            const int64_t n = 3 * 37 * 129;
+            double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+            em_tensor *xd, *yd;
+            assert_int_equal(em_cast(oc, EM_F64, &xd), EM_OK);
+            assert_int_equal(em_cast(orf, EM_F64, &yd), EM_OK);
+            assert_int_equal(em_tensor_to_data(xd, x, n * sizeof *x), EM_OK);
+            assert_int_equal(em_tensor_to_data(yd, y, n * sizeof *y), EM_OK);
+            const double tol = dts[di] == EM_F16 ? 2e-2 : dts[di] == EM_F32 ? 1e-4 : 0;
+            for (int64_t i = 0; i < n; i++) {
+                double d = x[i] - y[i], m = y[i] < 0 ? -y[i] : y[i];
+                if (d < 0) d = -d;
+                if (!(d <= tol * (1 + m))) {
+                    printf("dtype %d trans %d element %lld: torch %.9g ref %.9g\n", (int)dts[di],
+                           trans, (long long)i, x[i], y[i]);
+                    fail();
+                }
+            }
+            free(x), free(y);
+            em_tensor *all[] = {a, b, ar, br, btr, at_, bt_, o, orf, oc, xd, yd};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                if (all[i]) em_tensor_release(all[i]);
+        }
+    }
+    if (blas_get) assert_int_equal(blas_get(), blas_before);
+}
+
 int main(void) {
     if (em_device_parse("torch", &torch_dev) != EM_OK) {
         printf("test_torch: SKIP: %s\n", em_last_error());
@@ -162,6 +232,7 @@ int main(void) {
         cmocka_unit_test(test_to_device_zero_copy),
         cmocka_unit_test(test_torch_error_is_status),
         cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_split_products),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

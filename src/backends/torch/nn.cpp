@@ -63,7 +63,7 @@ bool direct(const em_view *out) { return !emt::is_half(out->dtype); }
 
 em_status tn_matmul(void *, const em_view *out, const em_view *a, const em_view *b) {
     EMT_BEGIN
-    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
+    emt::blas_single blas_; /* OpenBLAS on one thread (torch_internal.h) */
     if (numel(out) == 0) return EM_OK;
     const int r = out->rank;
     const int64_t m = out->shape[r - 2], n = out->shape[r - 1], k = a->shape[r - 1];
@@ -83,10 +83,9 @@ em_status tn_matmul(void *, const em_view *out, const em_view *a, const em_view 
     B = B.reshape({batches, k, n});
     at::Tensor O = emt::wrap(out);
     if (fl && direct(out) && O.is_contiguous()) {
-        at::Tensor O3 = O.view({batches, m, n});
-        at::bmm_out(O3, A, B);
+        emt::bmm_into(O.view({batches, m, n}), A, B);
     } else {
-        emt::store(out, at::bmm(A, B).view(shape_of(out)));
+        emt::store(out, emt::bmm(A, B).view(shape_of(out)));
     }
     EMT_END("matmul")
 }
@@ -115,7 +114,7 @@ at::Tensor conv_run(const em_view *out, const em_view *x, const em_view *w, cons
 em_status tn_conv2d(void *, const em_view *out, const em_view *x, const em_view *w,
                     const em_view *bias, const em_conv_args *a) {
     EMT_BEGIN
-    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
+    emt::blas_single blas_; /* OpenBLAS on one thread (torch_internal.h) */
     if (numel(out) == 0) return EM_OK;
     emt::store(out, conv_run(out, x, w, bias, a, false));
     EMT_END("conv2d")
@@ -124,7 +123,7 @@ em_status tn_conv2d(void *, const em_view *out, const em_view *x, const em_view 
 em_status tn_conv_transpose2d(void *, const em_view *out, const em_view *x, const em_view *w,
                               const em_view *bias, const em_conv_args *a) {
     EMT_BEGIN
-    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
+    emt::blas_single blas_; /* OpenBLAS on one thread (torch_internal.h) */
     if (numel(out) == 0) return EM_OK;
     emt::store(out, conv_run(out, x, w, bias, a, true));
     EMT_END("conv_transpose2d")
@@ -133,7 +132,7 @@ em_status tn_conv_transpose2d(void *, const em_view *out, const em_view *x, cons
 em_status tn_conv2d_weight_grad(void *, const em_view *gw, const em_view *x, const em_view *gy,
                                 const em_conv_args *a) {
     EMT_BEGIN
-    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
+    emt::blas_single blas_; /* OpenBLAS on one thread (torch_internal.h) */
     if (numel(gw) == 0) return EM_OK;
     at::Tensor X = emt::in_c(x), G = emt::in_c(gy);
     if (X.numel() == 0 || G.numel() == 0) {
@@ -433,7 +432,7 @@ at::Tensor att_in(const em_view *v, int64_t nb, at::ScalarType ct) {
 /* The scaled, masked scores [nb, L, S] (-inf where a query may not see a key). */
 at::Tensor att_scores(const att_dims &d, const at::Tensor &Q, const at::Tensor &K,
                       const em_view *mask, bool causal, double scale, at::ScalarType ct) {
-    at::Tensor s = at::bmm(Q, K.transpose(1, 2)).mul_(scale);
+    at::Tensor s = emt::bmm(Q, K.transpose(1, 2)).mul_(scale);
     at::Tensor off; /* true: masked out */
     if (mask) {
         if (mask->dtype == EM_BOOL)
@@ -466,7 +465,7 @@ em_status tn_sdpa(void *, const em_view *out, const em_view *lse, const em_view 
                   const em_view *k, const em_view *v, const em_view *mask, bool causal,
                   double scale, double dropout_p, uint64_t seed) {
     EMT_BEGIN
-    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
+    emt::blas_single blas_; /* OpenBLAS on one thread (torch_internal.h) */
     const att_dims d = att_dims_of(q, v);
     if (d.nb * d.L == 0) return EM_OK;
     const at::ScalarType ct = emt::compute_type(q->dtype);
@@ -482,7 +481,7 @@ em_status tn_sdpa(void *, const em_view *out, const em_view *lse, const em_view 
     at::Tensor s = att_scores(d, Q, K, mask, causal, scale, ct);
     att_softmax(s, &P, &L);
     if (dropout_p > 0) P.mul_(dropout_factors(d.nb, d.L, d.S, dropout_p, seed, ct));
-    at::Tensor O = at::bmm(P, V);
+    at::Tensor O = emt::bmm(P, V);
     emt::store(out, O.view(shape_of(out)));
     emt::store(lse, L.view(shape_of(lse)));
     EMT_END("sdpa")
@@ -495,7 +494,7 @@ em_status tn_sdpa_backward(void *, const em_view *dq, const em_view *dk, const e
                            uint64_t seed) {
     (void)out, (void)lse; /* the weights are recomputed from q and k, as ref does */
     EMT_BEGIN
-    emt::blas_threads blas_; /* the products on every thread (torch_internal.h) */
+    emt::blas_single blas_; /* OpenBLAS on one thread (torch_internal.h) */
     const att_dims d = att_dims_of(q, v);
     const at::ScalarType ct = emt::compute_type(q->dtype);
     const at::TensorOptions o = at::TensorOptions().dtype(ct);
@@ -513,19 +512,19 @@ em_status tn_sdpa_backward(void *, const em_view *dq, const em_view *dk, const e
     at::Tensor P, L;
     att_softmax(s, &P, &L);
     at::Tensor dead = L.eq(-INFINITY).unsqueeze(-1); /* [nb, L, 1] */
-    at::Tensor dP = at::bmm(G, V.transpose(1, 2));   /* dout_i . v_j */
+    at::Tensor dP = emt::bmm(G, V.transpose(1, 2));   /* dout_i . v_j */
     at::Tensor Pd = P;
     if (dropout_p > 0) {
         at::Tensor F = dropout_factors(d.nb, d.L, d.S, dropout_p, seed, ct);
         Pd = P.mul(F);
         dP.mul_(F);
     }
-    at::Tensor dV = at::bmm(Pd.transpose(1, 2), G);
+    at::Tensor dV = emt::bmm(Pd.transpose(1, 2), G);
     at::Tensor D = P.mul(dP).sum(-1, true);
     at::Tensor dS = P.mul(dP.sub(D)).mul_(scale);
     dS.masked_fill_(dead, 0); /* a dead row gives q and k nothing */
-    emt::store(dq, at::bmm(dS, K).view(shape_of(dq)));
-    emt::store(dk, at::bmm(dS.transpose(1, 2), Q).view(shape_of(dk)));
+    emt::store(dq, emt::bmm(dS, K).view(shape_of(dq)));
+    emt::store(dk, emt::bmm(dS.transpose(1, 2), Q).view(shape_of(dk)));
     emt::store(dv, dV.view(shape_of(dv)));
     EMT_END("sdpa_backward")
 }

@@ -134,17 +134,56 @@ void blas_find() {
 }
 } // namespace
 
-blas_threads::blas_threads() : prev_(0) {
+blas_single::blas_single() : prev_(0) {
     std::call_once(blas_once, blas_find);
     if (!blas_set) return;
-    int want = threads();
     prev_ = blas_get();
-    if (prev_ != want) blas_set(want);
+    if (prev_ != 1) blas_set(1);
     else prev_ = 0;
 }
 
-blas_threads::~blas_threads() {
+blas_single::~blas_single() {
     if (prev_ > 0) blas_set(prev_);
+}
+
+void bmm_into(const at::Tensor &out, const at::Tensor &a, const at::Tensor &b) {
+    const int64_t nb = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+    const int64_t rows = nb * m;
+    /* a part is at least ~2^21 multiply-adds (tens of microseconds: a split below that
+     * costs more in the threads' handoff than it gains) */
+    const double work = (double)rows * (double)n * (double)k;
+#ifdef _OPENMP
+    int64_t parts = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows));
+    parts = std::min<int64_t>(parts, (int64_t)(work / (1 << 21)) + 1);
+#else
+    /* at::parallel_for would run serially: the plugin was not compiled with ATen's OpenMP
+     * (CMakeLists.txt says when) */
+    const int64_t parts = 1;
+    (void)work;
+#endif
+    auto part = [&](int64_t p) {
+        const int64_t r0 = rows * p / parts, r1 = rows * (p + 1) / parts;
+        for (int64_t r = r0; r < r1;) {
+            const int64_t i = r / m, lo = r % m, hi = std::min(m, lo + (r1 - r));
+            at::Tensor o = out.select(0, i).narrow(0, lo, hi - lo);
+            at::mm_out(o, a.select(0, i).narrow(0, lo, hi - lo), b.select(0, i));
+            r += hi - lo;
+        }
+    };
+    if (parts <= 1) {
+        part(0);
+        return;
+    }
+    at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+        c10::InferenceMode guard; /* thread-local: the workers do not inherit the caller's */
+        for (int64_t p = p0; p < p1; p++) part(p);
+    });
+}
+
+at::Tensor bmm(const at::Tensor &a, const at::Tensor &b) {
+    at::Tensor o = at::empty({a.size(0), a.size(1), b.size(2)}, a.options());
+    bmm_into(o, a, b);
+    return o;
 }
 
 em_status from_exception(const char *what, std::exception_ptr e) {

@@ -74,20 +74,32 @@ void store(const em_view *out, const at::Tensor &r);
  *  process may use). */
 int threads();
 
-/** While it lives, OpenBLAS (which ATen's products call) runs threads() threads; the count it
- *  had is restored after. The cpu backend keeps OpenBLAS at one thread (it splits products
- *  over its own pool), and that count is process-wide: left alone, torch's products would run
- *  on one core after the cpu backend has started. A no-op when the BLAS is not OpenBLAS. */
-class blas_threads {
+/** While it lives, OpenBLAS (which ATen's products call) runs one thread; the count it had is
+ *  restored after. ATen's own intra-op pool (OpenMP) already runs threads() threads, and
+ *  OpenBLAS's pool is a second one: the idle workers of each spin while the other's run, so
+ *  with both at threads() the machine is oversubscribed (measured: the MLP's epoch on 2 cores
+ *  took 1.3-1.5 s with both pools, 0.5 s with OpenBLAS at one thread, and the cpu backend's
+ *  products beside it ran at half speed). Products are split over ATen's pool instead (bmm
+ *  below); convolutions already run a product per sample on it. A no-op when the BLAS is not
+ *  OpenBLAS. */
+class blas_single {
   public:
-    blas_threads();
-    ~blas_threads();
-    blas_threads(const blas_threads &) = delete;
-    blas_threads &operator=(const blas_threads &) = delete;
+    blas_single();
+    ~blas_single();
+    blas_single(const blas_single &) = delete;
+    blas_single &operator=(const blas_single &) = delete;
 
   private:
     int prev_;
 };
+
+/** out[i] = a[i] @ b[i] for 3-d tensors of one dtype, out contiguous and of the result's
+ *  shape: the rows of all the products are split into parts over ATen's intra-op threads,
+ *  each part a single-threaded product (at::mm_out) of a block of rows (under blas_single). */
+void bmm_into(const at::Tensor &out, const at::Tensor &a, const at::Tensor &b);
+
+/** a[i] @ b[i] into a new contiguous tensor, as bmm_into. */
+at::Tensor bmm(const at::Tensor &a, const at::Tensor &b);
 
 /** Turns an exception into a status and message (c10::Error: EM_ERR_BACKEND with torch's
  *  message without its backtrace; std::bad_alloc: EM_ERR_NOMEM). */
