@@ -74,6 +74,29 @@ static void nm_name(char *name, size_t n, const char *kern, em_dtype dt) {
     snprintf(name, n, "%s.%s", kern, vk_dtype_tag(dt));
 }
 
+/* One batch_norm pass of kernel `kern` for dtype dt: p.v[i] the views vs[0..n) (absent ones
+ * zero, bound as no buffer) followed by the scratch statistics st; p.i[0..2] = N, C, S of
+ * dims, then flags[0..nflags); p's scalars as the caller set them. A per-channel pass runs a
+ * workgroup per channel, an elementwise one an invocation per element of [N, C, S]. */
+static em_status nm_bn_pass(vk_dev *d, const char *kern, em_dtype dt, vk_params *p,
+                            const em_view *const *vs, int n, vk_buf *st, const int64_t dims[3],
+                            const int32_t *flags, int nflags, bool per_channel) {
+    vk_buf *bufs[8];
+    for (int i = 0; i < n; i++) {
+        p->v[i] = nm_view(vs[i]);
+        bufs[i] = nm_buf(vs[i]);
+    }
+    bufs[n] = st;
+    for (int i = 0; i < 3; i++) p->i[i] = (int32_t)dims[i];
+    for (int i = 0; i < nflags; i++) p->i[3 + i] = flags[i];
+    char name[48];
+    nm_name(name, sizeof name, kern, dt);
+    if (!per_channel) return vk_launch_1d(d, name, dims[0] * dims[1] * dims[2], p, n + 1, bufs);
+    uint32_t g[3];
+    nm_groups(dims[1], g);
+    return vk_launch(d, name, g, p, n + 1, bufs);
+}
+
 em_status vk_batch_norm(void *ctx, const em_view *out, const em_view *save_mean,
                         const em_view *save_invstd, const em_view *x, const em_view *weight,
                         const em_view *bias, const em_view *running_mean,
@@ -94,46 +117,21 @@ em_status vk_batch_norm(void *ctx, const em_view *out, const em_view *save_mean,
     vk_buf *st;
     s = vk_scratch(d, (size_t)C * 3 * asz, &st);
     if (s != EM_OK) return s;
-    char name[48];
-    /* statistics per channel */
+    const int64_t dims[3] = {N, C, S};
+    /* statistics per channel, then the normalizing pass */
     vk_params p;
     memset(&p, 0, sizeof p);
-    p.v[0] = vk_view(x);
-    p.v[1] = nm_view(running_mean);
-    p.v[2] = nm_view(running_var);
-    p.v[3] = nm_view(save_mean);
-    p.v[4] = nm_view(save_invstd);
-    p.i[0] = (int32_t)N;
-    p.i[1] = (int32_t)C;
-    p.i[2] = (int32_t)S;
-    p.i[3] = training;
-    p.i[4] = running_mean != NULL;
-    p.i[5] = running_var != NULL;
-    p.i[6] = save_mean != NULL;
-    p.i[7] = save_invstd != NULL;
     nm_scalar(&p, x->dtype, 0, momentum);
     nm_scalar(&p, x->dtype, 1, eps);
-    uint32_t g[3];
-    nm_groups(C, g);
-    nm_name(name, sizeof name, "bn_stats", x->dtype);
-    vk_buf *b1[6] = {vk_vbuf(x),         nm_buf(running_mean), nm_buf(running_var),
-                     nm_buf(save_mean), nm_buf(save_invstd),  st};
-    s = vk_launch(d, name, g, &p, 6, b1);
+    const em_view *sv[] = {x, running_mean, running_var, save_mean, save_invstd};
+    const int32_t sf[] = {training, running_mean != NULL, running_var != NULL,
+                          save_mean != NULL, save_invstd != NULL};
+    s = nm_bn_pass(d, "bn_stats", x->dtype, &p, sv, 5, st, dims, sf, 5, true);
     if (s == EM_OK) {
-        /* the normalizing pass */
         memset(&p, 0, sizeof p);
-        p.v[0] = vk_view(out);
-        p.v[1] = vk_view(x);
-        p.v[2] = nm_view(weight);
-        p.v[3] = nm_view(bias);
-        p.i[0] = (int32_t)N;
-        p.i[1] = (int32_t)C;
-        p.i[2] = (int32_t)S;
-        p.i[3] = weight != NULL;
-        p.i[4] = bias != NULL;
-        nm_name(name, sizeof name, "bn_apply", x->dtype);
-        vk_buf *b2[5] = {vk_vbuf(out), vk_vbuf(x), nm_buf(weight), nm_buf(bias), st};
-        s = vk_launch_1d(d, name, N * C * S, &p, 5, b2);
+        const em_view *av[] = {out, x, weight, bias};
+        const int32_t af[] = {weight != NULL, bias != NULL};
+        s = nm_bn_pass(d, "bn_apply", x->dtype, &p, av, 4, st, dims, af, 2, false);
     }
     vk_scratch_free(d, st);
     return s;
@@ -158,42 +156,17 @@ em_status vk_batch_norm_backward(void *ctx, const em_view *gx, const em_view *gw
     vk_buf *st;
     s = vk_scratch(d, (size_t)C * 4 * asz, &st);
     if (s != EM_OK) return s;
-    char name[48];
+    const int64_t dims[3] = {N, C, S};
     vk_params p;
     memset(&p, 0, sizeof p);
-    p.v[0] = vk_view(gy);
-    p.v[1] = vk_view(x);
-    p.v[2] = nm_view(mean);
-    p.v[3] = nm_view(invstd);
-    p.v[4] = nm_view(gweight);
-    p.v[5] = nm_view(gbias);
-    p.i[0] = (int32_t)N;
-    p.i[1] = (int32_t)C;
-    p.i[2] = (int32_t)S;
-    p.i[3] = gweight != NULL;
-    p.i[4] = gbias != NULL;
-    p.i[5] = mean != NULL;
-    p.i[6] = invstd != NULL;
-    uint32_t g[3];
-    nm_groups(C, g);
-    nm_name(name, sizeof name, "bnb_stats", x->dtype);
-    vk_buf *b1[7] = {vk_vbuf(gy),     vk_vbuf(x),      nm_buf(mean), nm_buf(invstd),
-                     nm_buf(gweight), nm_buf(gbias), st};
-    s = vk_launch(d, name, g, &p, 7, b1);
+    const em_view *sv[] = {gy, x, mean, invstd, gweight, gbias};
+    const int32_t sf[] = {gweight != NULL, gbias != NULL, mean != NULL, invstd != NULL};
+    s = nm_bn_pass(d, "bnb_stats", x->dtype, &p, sv, 6, st, dims, sf, 4, true);
     if (s == EM_OK && gx && N * S > 0) {
         memset(&p, 0, sizeof p);
-        p.v[0] = vk_view(gx);
-        p.v[1] = vk_view(gy);
-        p.v[2] = vk_view(x);
-        p.v[3] = nm_view(weight);
-        p.i[0] = (int32_t)N;
-        p.i[1] = (int32_t)C;
-        p.i[2] = (int32_t)S;
-        p.i[3] = weight != NULL;
-        p.i[4] = training;
-        nm_name(name, sizeof name, "bnb_apply", x->dtype);
-        vk_buf *b2[5] = {vk_vbuf(gx), vk_vbuf(gy), vk_vbuf(x), nm_buf(weight), st};
-        s = vk_launch_1d(d, name, N * C * S, &p, 5, b2);
+        const em_view *av[] = {gx, gy, x, weight};
+        const int32_t af[] = {weight != NULL, training};
+        s = nm_bn_pass(d, "bnb_apply", x->dtype, &p, av, 4, st, dims, af, 2, false);
     }
     vk_scratch_free(d, st);
     return s;
