@@ -109,47 +109,35 @@ em_status vk_max_pool2d(void *ctx, const em_view *out, const em_view *indices, c
     return per_elem(d, "max_pool2d", &p, all, 4);
 }
 
-em_status vk_avg_pool2d(void *ctx, const em_view *out, const em_view *x, const em_pool_args *a) {
+/* A pooling kernel `kern` (slot `op`) over two views, an invocation per element of the first
+ * (out, or gx for a backward); a is NULL for the adaptive pools. */
+static em_status pool_pass(void *ctx, const char *op, const char *kern, const em_view *first,
+                           const em_view *second, const em_pool_args *a) {
     vk_dev *d = ctx;
-    const em_view *vs[2] = {out, x};
-    em_status s = nn_check(d, "avg_pool2d", vs, 2);
+    const em_view *vs[2] = {first, second};
+    em_status s = nn_check(d, op, vs, 2);
     if (s != EM_OK) return s;
     vk_params p;
     nn_params(&p, vs, 2);
-    pool_params(&p, a);
-    return per_elem(d, "avg_pool2d", &p, vs, 2);
+    if (a) pool_params(&p, a);
+    return per_elem(d, kern, &p, vs, 2);
+}
+
+em_status vk_avg_pool2d(void *ctx, const em_view *out, const em_view *x, const em_pool_args *a) {
+    return pool_pass(ctx, "avg_pool2d", "avg_pool2d", out, x, a);
 }
 
 em_status vk_adaptive_avg_pool2d(void *ctx, const em_view *out, const em_view *x) {
-    vk_dev *d = ctx;
-    const em_view *vs[2] = {out, x};
-    em_status s = nn_check(d, "adaptive_avg_pool2d", vs, 2);
-    if (s != EM_OK) return s;
-    vk_params p;
-    nn_params(&p, vs, 2);
-    return per_elem(d, "adaptive_avg", &p, vs, 2);
+    return pool_pass(ctx, "adaptive_avg_pool2d", "adaptive_avg", out, x, NULL);
 }
 
 em_status vk_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy,
                                  const em_pool_args *a) {
-    vk_dev *d = ctx;
-    const em_view *vs[2] = {gx, gy};
-    em_status s = nn_check(d, "avg_pool2d_backward", vs, 2);
-    if (s != EM_OK) return s;
-    vk_params p;
-    nn_params(&p, vs, 2);
-    pool_params(&p, a);
-    return per_elem(d, "avg_pool2d_bwd", &p, vs, 2);
+    return pool_pass(ctx, "avg_pool2d_backward", "avg_pool2d_bwd", gx, gy, a);
 }
 
 em_status vk_adaptive_avg_pool2d_backward(void *ctx, const em_view *gx, const em_view *gy) {
-    vk_dev *d = ctx;
-    const em_view *vs[2] = {gx, gy};
-    em_status s = nn_check(d, "adaptive_avg_pool2d_backward", vs, 2);
-    if (s != EM_OK) return s;
-    vk_params p;
-    nn_params(&p, vs, 2);
-    return per_elem(d, "adaptive_avg_bwd", &p, vs, 2);
+    return pool_pass(ctx, "adaptive_avg_pool2d_backward", "adaptive_avg_bwd", gx, gy, NULL);
 }
 
 /* Workgroups for `items` one-group items (the shader loops past the grid). */
