@@ -405,6 +405,90 @@ static void test_disk_cache(void **state) {
     assert_int_equal(child_run(), 0);
 }
 
+#ifdef EMBER_TEST_HAVE_VULKAN
+/* A memory layout for vk_choose_memory: heaps (size, device-local), types (flags, heap). */
+typedef struct {
+    int nheaps, ntypes;
+    VkDeviceSize heap[4];
+    bool heap_dl[4];
+    VkMemoryPropertyFlags flags[8];
+    uint32_t type_heap[8];
+} mem_layout;
+
+static VkPhysicalDeviceMemoryProperties mem_props(const mem_layout *l) {
+    VkPhysicalDeviceMemoryProperties mp;
+    memset(&mp, 0, sizeof mp);
+    mp.memoryHeapCount = (uint32_t)l->nheaps;
+    for (int i = 0; i < l->nheaps; i++) {
+        mp.memoryHeaps[i].size = l->heap[i];
+        mp.memoryHeaps[i].flags = l->heap_dl[i] ? VK_MEMORY_HEAP_DEVICE_LOCAL_BIT : 0;
+    }
+    mp.memoryTypeCount = (uint32_t)l->ntypes;
+    for (int i = 0; i < l->ntypes; i++) {
+        mp.memoryTypes[i].propertyFlags = l->flags[i];
+        mp.memoryTypes[i].heapIndex = l->type_heap[i];
+    }
+    return mp;
+}
+#endif
+
+/* The memory types chosen for the layouts of real devices (no device needed): a discrete GPU
+ * without resizable BAR keeps its tensors in VRAM behind staging, never in its 256 MiB
+ * host-visible window (the first version put them there: every type with device-local,
+ * host-visible and coherent memory looked like unified memory); with resizable BAR, on
+ * unified memory and on lavapipe they are mapped; EMBER_VULKAN_STAGING's flag stages; staging
+ * buffers prefer cached system memory. */
+static void test_memory_choice(void **state) {
+    (void)state;
+#ifdef EMBER_TEST_HAVE_VULKAN
+    const VkMemoryPropertyFlags DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
+                                HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
+                                HC = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                                CA = VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+    const VkDeviceSize G = (VkDeviceSize)1 << 30, M = (VkDeviceSize)1 << 20;
+    /* a discrete GPU as its driver lists it without resizable BAR: VRAM, system memory, and a
+     * 256 MiB device-local host-visible window */
+    const mem_layout dgpu = {3, 4, {24 * G, 64 * G, 256 * M}, {true, false, true},
+                             {DL, HV | HC, HV | HC | CA, DL | HV | HC}, {0, 1, 1, 2}};
+    /* the same with resizable BAR: all of VRAM host-visible too */
+    const mem_layout rebar = {2, 4, {24 * G, 64 * G}, {true, false},
+                              {DL, HV | HC, HV | HC | CA, DL | HV | HC}, {0, 1, 1, 0}};
+    /* lavapipe / unified memory: one heap, one type with everything */
+    const mem_layout uma = {1, 1, {16 * G}, {true}, {DL | HV | HC | CA}, {0}};
+    /* no device-local type at all */
+    const mem_layout host_only = {1, 2, {8 * G}, {false}, {HV | HC, HV | HC | CA}, {0, 0}};
+    const mem_layout none = {1, 1, {8 * G}, {true}, {DL}, {0}};
+    struct {
+        const mem_layout *l;
+        bool force;
+        bool ok;
+        uint32_t dev, host;
+        bool staging;
+    } cases[] = {
+        {&dgpu, false, true, 0, 2, true},       {&dgpu, true, true, 0, 2, true},
+        {&rebar, false, true, 3, 2, false},     {&rebar, true, true, 0, 2, true},
+        {&uma, false, true, 0, 0, false},       {&uma, true, true, 0, 0, true},
+        {&host_only, false, true, 0, 1, false}, {&host_only, true, true, 0, 1, true},
+        {&none, false, false, 0, 0, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        VkPhysicalDeviceMemoryProperties mp = mem_props(cases[i].l);
+        uint32_t dev = 99, host = 99;
+        bool staging = false;
+        bool ok = vk_choose_memory(&mp, cases[i].force, &dev, &host, &staging);
+        if (ok != cases[i].ok ||
+            (ok && (dev != cases[i].dev || host != cases[i].host || staging != cases[i].staging))) {
+            print_error("case %zu: ok %d dev %u host %u staging %d; wanted ok %d dev %u host %u "
+                        "staging %d\n", i, ok, dev, host, staging, cases[i].ok, cases[i].dev,
+                        cases[i].host, cases[i].staging);
+            fail();
+        }
+    }
+#else
+    skip();
+#endif
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main();
     /* a private pipeline cache folder for this run (before any device is opened) */
@@ -416,7 +500,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_async_chain),   cmocka_unit_test(test_large_grid),
         cmocka_unit_test(test_too_large),     cmocka_unit_test(test_missing_feature),
         cmocka_unit_test(test_staging),       cmocka_unit_test(test_disk_cache),
-        cmocka_unit_test(test_long_lines),
+        cmocka_unit_test(test_long_lines),    cmocka_unit_test(test_memory_choice),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[512];

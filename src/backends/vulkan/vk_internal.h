@@ -105,6 +105,16 @@ bool vk_shut_down(void);
  *  since (vulkan.c). */
 void vk_exit_guard(void);
 
+/** The memory types a device uses, from its memory properties: *dev_type for tensors and
+ *  *host_type (host-visible, coherent; cached and in system memory preferred) for staging and
+ *  parameters; *staging true when tensors are not host-mapped. Tensors live on the largest
+ *  device-local heap; they are mapped directly only when a host-visible coherent type lives on
+ *  that heap (unified memory, lavapipe, a GPU with resizable BAR) and force_staging is false —
+ *  a discrete GPU's small host-visible window (256 MiB without resizable BAR) is never used for
+ *  tensors. false when there is no usable type. */
+bool vk_choose_memory(const VkPhysicalDeviceMemoryProperties *mp, bool force_staging,
+                      uint32_t *dev_type, uint32_t *host_type, bool *staging);
+
 /* stream.c: batches (all with d->lock held) */
 /** The batch being recorded, begun when none is. */
 em_status vk_batch_current(vk_dev *d, vk_batch **out);

@@ -188,17 +188,51 @@ static int vk_device_count(void) {
 
 /* The index of a memory type with all of `want` among `bits`, preferring one with `prefer`
  * too; UINT32_MAX when none. */
-static uint32_t vk_pick_type(const VkPhysicalDeviceMemoryProperties *mp, uint32_t bits,
-                             VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer) {
-    uint32_t any = UINT32_MAX;
-    for (uint32_t i = 0; i < mp->memoryTypeCount; i++) {
-        if (!(bits & (1u << i))) continue;
-        VkMemoryPropertyFlags f = mp->memoryTypes[i].propertyFlags;
-        if ((f & want) != want) continue;
-        if ((f & prefer) == prefer) return i;
-        if (any == UINT32_MAX) any = i;
+bool vk_choose_memory(const VkPhysicalDeviceMemoryProperties *mp, bool force_staging,
+                      uint32_t *dev_type, uint32_t *host_type, bool *staging) {
+    const VkMemoryPropertyFlags dl = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
+                                hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                     VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    uint32_t n = mp->memoryTypeCount < VK_MAX_MEMORY_TYPES ? mp->memoryTypeCount
+                                                           : VK_MAX_MEMORY_TYPES;
+    /* the largest heap that holds a device-local type */
+    VkDeviceSize big = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const VkMemoryType *t = &mp->memoryTypes[i];
+        if ((t->propertyFlags & dl) && t->heapIndex < mp->memoryHeapCount &&
+            mp->memoryHeaps[t->heapIndex].size > big)
+            big = mp->memoryHeaps[t->heapIndex].size;
     }
-    return any;
+    uint32_t direct = UINT32_MAX, plain = UINT32_MAX, mapped = UINT32_MAX, host = UINT32_MAX;
+    int host_score = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        const VkMemoryType *t = &mp->memoryTypes[i];
+        const VkMemoryPropertyFlags f = t->propertyFlags;
+        if (t->heapIndex >= mp->memoryHeapCount) continue;
+        const bool on_big = mp->memoryHeaps[t->heapIndex].size >= big;
+        if ((f & dl) && on_big) {
+            if (plain == UINT32_MAX) plain = i;
+            if ((f & hv) == hv && direct == UINT32_MAX) direct = i;
+        }
+        if ((f & hv) == hv) {
+            if (mapped == UINT32_MAX) mapped = i;
+            /* staging: cached reads back fast; system memory keeps a small window free */
+            int score = ((f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ? 2 : 0) + (!(f & dl) ? 1 : 0);
+            if (score > host_score) host_score = score, host = i;
+        }
+    }
+    if (host == UINT32_MAX) return false;
+    *host_type = host;
+    if (!force_staging && direct != UINT32_MAX) {
+        *dev_type = direct, *staging = false;
+    } else if (plain != UINT32_MAX) {
+        *dev_type = plain, *staging = true;
+    } else if (!force_staging) { /* no device-local type: host memory, mapped */
+        *dev_type = mapped, *staging = false;
+    } else {
+        *dev_type = mapped, *staging = true;
+    }
+    return true;
 }
 
 static em_status vk_create(int index, vk_dev **out) {
@@ -275,18 +309,8 @@ static em_status vk_create(int index, vk_dev **out) {
      * such memory and staging is not forced), staging and parameters in host-visible memory */
     VkPhysicalDeviceMemoryProperties mp;
     vkGetPhysicalDeviceMemoryProperties(d->phys, &mp);
-    VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
-                               VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    d->staging = vk_env_on("EMBER_VULKAN_STAGING");
-    d->dev_type = UINT32_MAX;
-    if (!d->staging) d->dev_type = vk_pick_type(&mp, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | hv, 0);
-    if (d->dev_type == UINT32_MAX) {
-        d->staging = true;
-        d->dev_type = vk_pick_type(&mp, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
-        if (d->dev_type == UINT32_MAX) d->dev_type = vk_pick_type(&mp, ~0u, 0, 0);
-    }
-    d->host_type = vk_pick_type(&mp, ~0u, hv, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-    if (d->dev_type == UINT32_MAX || d->host_type == UINT32_MAX) {
+    if (!vk_choose_memory(&mp, vk_env_on("EMBER_VULKAN_STAGING"), &d->dev_type, &d->host_type,
+                          &d->staging)) {
         vkDestroyDevice(d->dev, NULL);
         free(d);
         return em_backend_set_error(EM_ERR_BACKEND,
