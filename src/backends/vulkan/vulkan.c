@@ -186,8 +186,7 @@ static int vk_device_count(void) {
     return vk_ndev;
 }
 
-/* The index of a memory type with all of `want` among `bits`, preferring one with `prefer`
- * too; UINT32_MAX when none. */
+/* vk_internal.h says what it chooses. */
 bool vk_choose_memory(const VkPhysicalDeviceMemoryProperties *mp, bool force_staging,
                       uint32_t *dev_type, uint32_t *host_type, bool *staging) {
     const VkMemoryPropertyFlags dl = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
@@ -227,10 +226,8 @@ bool vk_choose_memory(const VkPhysicalDeviceMemoryProperties *mp, bool force_sta
         *dev_type = direct, *staging = false;
     } else if (plain != UINT32_MAX) {
         *dev_type = plain, *staging = true;
-    } else if (!force_staging) { /* no device-local type: host memory, mapped */
-        *dev_type = mapped, *staging = false;
-    } else {
-        *dev_type = mapped, *staging = true;
+    } else { /* no device-local type: host memory, mapped unless staging is forced */
+        *dev_type = mapped, *staging = force_staging;
     }
     return true;
 }
